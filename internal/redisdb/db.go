@@ -1,0 +1,91 @@
+// Package redisdb implements Warble's domain services on Redis.
+package redisdb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// Defaults for Options.
+const (
+	DefaultHomeCap    = 1000
+	DefaultGlobalCap  = 1000
+	DefaultNewestCap  = 1000
+	DefaultSessionTTL = 30 * 24 * time.Hour
+)
+
+// Options tune a DB. The zero value of each field means its default.
+type Options struct {
+	HomeCap      int           // entries kept in each home timeline
+	GlobalCap    int           // entries kept in the global timeline
+	MaxFollowing int           // how many users one user may follow
+	SessionTTL   time.Duration // how long a session lasts
+	BcryptCost   int           // password hashing cost; tests lower it
+	Logger       *slog.Logger
+	Now          func() time.Time // the clock; tests may replace it
+}
+
+// DB is Warble's data on one Redis (or Redis Cluster) client. The services
+// in this package share it.
+type DB struct {
+	client redis.UniversalClient
+	opts   Options
+	log    *slog.Logger
+}
+
+// NewDB returns a DB over client with opts, defaults filled in.
+func NewDB(client redis.UniversalClient, opts Options) *DB {
+	if opts.HomeCap <= 0 {
+		opts.HomeCap = DefaultHomeCap
+	}
+	if opts.GlobalCap <= 0 {
+		opts.GlobalCap = DefaultGlobalCap
+	}
+	if opts.MaxFollowing <= 0 {
+		opts.MaxFollowing = warble.DefaultMaxFollowing
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.BcryptCost == 0 {
+		opts.BcryptCost = bcrypt.DefaultCost
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &DB{client: client, opts: opts, log: opts.Logger}
+}
+
+// Client returns the Redis client, for health checks.
+func (db *DB) Client() redis.UniversalClient { return db.client }
+
+// Ping reports whether Redis answers.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w", err)
+	}
+	return nil
+}
+
+// now returns the current time at the millisecond precision Warble stores.
+func (db *DB) now() time.Time { return db.opts.Now().UTC().Truncate(time.Millisecond) }
+
+// msTime turns a stored unix-ms string into a time; bad input gives the zero time.
+func msTime(s string) time.Time {
+	ms, _ := strconv.ParseInt(s, 10, 64)
+	return time.UnixMilli(ms).UTC()
+}
+
+// msString stores a time as unix ms.
+func msString(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

@@ -1,0 +1,62 @@
+package redisdb
+
+// Redis key schema. Every key and channel Warble uses is built in this file,
+// so this file is the data layout; README.md has the same table and
+// testdata/layout.golden pins it.
+//
+// Keys owned by one user carry {<user id>} as a Redis Cluster hash tag, so a
+// script over one user's keys (a post and the author's timelines, a home
+// timeline and the following set that guards it) stays in one slot. Steps
+// that cross users are ordered and idempotent instead of atomic.
+const prefix = "w:"
+
+const (
+	userSeqKey     = prefix + "seq:user"  // STRING  INCR counter for user ids
+	postSeqKey     = prefix + "seq:post"  // STRING  INCR counter for post seqs, the order of every timeline
+	newestUsersKey = prefix + "users:new" // ZSET    user ids scored by user id, capped
+	globalKey      = prefix + "global"    // ZSET    post ids scored by post seq, capped
+
+	globalChannel  = prefix + "ch:global"  // PUBSUB  events of the global timeline
+	revokedChannel = prefix + "ch:revoked" // PUBSUB  hashes of revoked session tokens
+)
+
+// userKey is a HASH of one user's fields: w:u:{<id>}.
+// Fields: username, displayName, createdAt (unix ms), password (bcrypt hash).
+func userKey(userID string) string { return prefix + "u:{" + userID + "}" }
+
+// usernameKey is a STRING holding the id of the user who claimed a username,
+// lowercased: w:uname:<username>.
+func usernameKey(username string) string { return prefix + "uname:" + username }
+
+// homeKey is a capped ZSET of post ids scored by post seq: w:u:{<id>}:home.
+func homeKey(userID string) string { return userKey(userID) + ":home" }
+
+// postsKey is the uncapped ZSET of a user's own post ids scored by post seq:
+// w:u:{<id>}:posts.
+func postsKey(userID string) string { return userKey(userID) + ":posts" }
+
+// followersKey is a ZSET of the ids of a user's followers scored by the time
+// of the follow, unix ms: w:u:{<id>}:followers.
+func followersKey(userID string) string { return userKey(userID) + ":followers" }
+
+// followingKey is a ZSET of the ids of the users a user follows scored by the
+// time of the follow, unix ms: w:u:{<id>}:following.
+func followingKey(userID string) string { return userKey(userID) + ":following" }
+
+// sessionsKey is a SET of the token hashes of a user's sessions:
+// w:u:{<id>}:sessions.
+func sessionsKey(userID string) string { return userKey(userID) + ":sessions" }
+
+// postKey is a HASH of one post, in its author's slot: w:u:{<author>}:p:<seq>.
+// Fields: body, createdAt (unix ms).
+func postKey(authorID, seq string) string { return userKey(authorID) + ":p:" + seq }
+
+// sessionKey is a HASH of one session, keyed by the SHA-256 of its token in
+// hex, expiring with the session: w:session:<hash>. Fields: userID, createdAt.
+func sessionKey(tokenHash string) string { return prefix + "session:" + tokenHash }
+
+// homeChannel carries the events of one user's home timeline: w:ch:home:<id>.
+func homeChannel(userID string) string { return prefix + "ch:home:" + userID }
+
+// userChannel carries the events of one user's own posts: w:ch:user:<id>.
+func userChannel(userID string) string { return prefix + "ch:user:" + userID }

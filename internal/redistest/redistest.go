@@ -1,0 +1,165 @@
+// Package redistest starts Redis servers for tests, as httptest starts HTTP
+// servers: a real redis-server on a private unix socket, or the server named
+// by REDIS_URL. Where no redis-server is installed it falls back to the
+// embedded in-memory Redis and logs that it did; with CI set, a missing
+// redis-server fails the test instead.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a Redis server for one test.
+type Server struct {
+	// Addr is the server's address for go-redis: a unix socket path or host:port.
+	Addr string
+	// Network is "unix" or "tcp".
+	Network string
+	// URL is a redis:// or unix:// URL of the server, as REDIS_URL takes it.
+	URL string
+
+	cmd  *exec.Cmd
+	mini *miniredis.Miniredis
+	dir  string
+	conf []string
+}
+
+// New returns a fresh, empty Redis for tb, stopped when tb ends. With
+// REDIS_URL set it flushes and returns that server's database instead, so
+// packages must then not run in parallel: use go test -p 1.
+func New(tb testing.TB) *Server {
+	tb.Helper()
+	if url := os.Getenv("REDIS_URL"); url != "" {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			tb.Fatalf("redistest: REDIS_URL: %v", err)
+		}
+		c := redis.NewClient(opts)
+		defer c.Close()
+		if err := c.FlushDB(context.Background()).Err(); err != nil {
+			tb.Fatalf("redistest: flush %s: %v", url, err)
+		}
+		return &Server{Addr: opts.Addr, Network: opts.Network, URL: url}
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("redistest: redis-server not found and CI is set: install redis-server (%v)", err)
+		}
+		tb.Log("redistest: redis-server not found; using the embedded in-memory Redis instead")
+		m := miniredis.RunT(tb)
+		return &Server{Addr: m.Addr(), Network: "tcp", URL: "redis://" + m.Addr(), mini: m}
+	}
+	// Unix socket paths are limited to about 100 bytes, and t.TempDir can be
+	// longer than that, so the socket lives in a short directory of its own.
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	s := &Server{dir: dir, Network: "unix", Addr: filepath.Join(dir, "redis.sock")}
+	s.URL = "unix://" + s.Addr
+	s.conf = []string{
+		"--port", "0",
+		"--unixsocket", s.Addr,
+		"--unixsocketperm", "700",
+		"--dir", dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--loglevel", "warning",
+	}
+	s.start(tb, bin)
+	tb.Cleanup(func() {
+		s.stop()
+		os.RemoveAll(dir)
+	})
+	return s
+}
+
+func (s *Server) start(tb testing.TB, bin string) {
+	tb.Helper()
+	s.cmd = exec.Command(bin, s.conf...)
+	s.cmd.Stdout = os.Stderr // warnings and crashes show in the test output
+	s.cmd.Stderr = os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		tb.Fatalf("redistest: start redis-server: %v", err)
+	}
+	c := s.Client(tb)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: redis-server did not answer: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (s *Server) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Stop kills the server, as a crash would, keeping its socket path so that
+// Restart can bring it back at the same address (with no data).
+func (s *Server) Stop(tb testing.TB) {
+	tb.Helper()
+	if s.mini != nil {
+		s.mini.Close()
+		return
+	}
+	if s.cmd == nil {
+		tb.Fatal("redistest: Stop needs a redis-server started by redistest")
+	}
+	s.stop()
+}
+
+// Restart starts a stopped server again at the same address.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	if s.mini != nil {
+		if err := s.mini.Restart(); err != nil {
+			tb.Fatalf("redistest: restart: %v", err)
+		}
+		return
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.start(tb, bin)
+}
+
+// Options returns go-redis options for the server.
+func (s *Server) Options() *redis.Options {
+	if os.Getenv("REDIS_URL") != "" && s.cmd == nil && s.mini == nil {
+		opts, _ := redis.ParseURL(s.URL)
+		return opts
+	}
+	return &redis.Options{Network: s.Network, Addr: s.Addr}
+}
+
+// Client returns a new client of the server, closed when tb ends.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// String describes the server for test logs.
+func (s *Server) String() string { return fmt.Sprintf("redis at %s %s", s.Network, s.Addr) }

@@ -1,0 +1,94 @@
+package warble
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxPostLen is the longest post body, in Unicode code points.
+const MaxPostLen = 280
+
+// Post is a short message written by a user.
+type Post struct {
+	ID        string
+	AuthorID  string
+	Body      string
+	CreatedAt time.Time
+
+	// Seq orders posts: it is the post's position in every timeline that
+	// holds it, and what timeline cursors encode.
+	Seq int64
+
+	// Author is filled in when the post is read together with its author,
+	// as timeline pages are; nil otherwise.
+	Author *User
+}
+
+// CreatePostInput is what a person gives to write a post.
+type CreatePostInput struct {
+	Body string
+}
+
+// Normalize trims the surrounding whitespace of the body and returns an
+// EINVALID error if what is left cannot be stored.
+func (in *CreatePostInput) Normalize() error {
+	if !utf8.ValidString(in.Body) {
+		return Errorf(EINVALID, "Post must be valid UTF-8.")
+	}
+	in.Body = strings.TrimSpace(in.Body)
+	if in.Body == "" {
+		return Errorf(EINVALID, "Post must not be empty.")
+	}
+	if n := utf8.RuneCountInString(in.Body); n > MaxPostLen {
+		return Errorf(EINVALID, "Post must be at most %d characters long; this one has %d.", MaxPostLen, n)
+	}
+	for _, r := range in.Body {
+		if r != '\n' && r != '\t' && isControl(r) {
+			return Errorf(EINVALID, "Post must not contain control characters other than newline and tab.")
+		}
+	}
+	return nil
+}
+
+// isControl reports whether r is a control character (Unicode category Cc),
+// or one of the invisible format characters that reorder or hide text.
+func isControl(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
+}
+
+// CreatePostPayload is the answer to createPost.
+type CreatePostPayload struct {
+	Post *Post
+}
+
+// DeletePostInput names the post to delete.
+type DeletePostInput struct {
+	PostID string
+}
+
+// DeletePostPayload is the answer to deletePost.
+type DeletePostPayload struct {
+	PostID string
+}
+
+// PostService manages posts and the timelines they appear in.
+type PostService interface {
+	// CreatePost stores a post by authorID with an already normalized body,
+	// puts it on the author's timelines at once (read-your-writes) and
+	// delivers it to the global timeline and the followers' home timelines.
+	CreatePost(ctx context.Context, authorID, body string) (*Post, error)
+
+	// DeletePost deletes a post of authorID's from every timeline. It is
+	// ENOTFOUND for an unknown or deleted post and EFORBIDDEN for a post
+	// by someone else.
+	DeletePost(ctx context.Context, authorID, postID string) error
+
+	// FindPostByID returns a post with its author, or ENOTFOUND.
+	FindPostByID(ctx context.Context, id string) (*Post, error)
+
+	// FindTimeline returns a page of a feed, newest first, with authors.
+	FindTimeline(ctx context.Context, feed Feed, page PageArgs) (*Timeline, error)
+}

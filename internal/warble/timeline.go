@@ -1,0 +1,178 @@
+package warble
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Page sizes.
+const (
+	DefaultPageSize = 20
+	MaxPageSize     = 100
+)
+
+// FeedKind says which timeline a Feed is.
+type FeedKind int
+
+// The timelines.
+const (
+	FeedHome   FeedKind = iota + 1 // a user's own posts and those of whom they follow
+	FeedUser                       // a user's own posts
+	FeedGlobal                     // everyone's latest posts
+)
+
+// Feed names one timeline.
+type Feed struct {
+	Kind   FeedKind
+	UserID string // the owner; empty for FeedGlobal
+}
+
+// HomeFeed is the home timeline of userID.
+func HomeFeed(userID string) Feed { return Feed{Kind: FeedHome, UserID: userID} }
+
+// UserFeed is the timeline of userID's own posts.
+func UserFeed(userID string) Feed { return Feed{Kind: FeedUser, UserID: userID} }
+
+// GlobalFeed is everyone's latest posts.
+func GlobalFeed() Feed { return Feed{Kind: FeedGlobal} }
+
+// String names the feed in logs and errors.
+func (f Feed) String() string {
+	switch f.Kind {
+	case FeedHome:
+		return "home timeline of " + f.UserID
+	case FeedUser:
+		return "posts of " + f.UserID
+	case FeedGlobal:
+		return "global timeline"
+	}
+	return "unknown feed"
+}
+
+// PageArgs asks for a page of a list: First items after the cursor After.
+type PageArgs struct {
+	First int
+	After *string
+}
+
+// Validate returns an EINVALID error unless First is in 1..max.
+func (p PageArgs) Validate(max int) error {
+	if p.First < 1 || p.First > max {
+		return Errorf(EINVALID, "first must be between 1 and %d.", max)
+	}
+	return nil
+}
+
+// PageInfo tells whether a list goes on after a page and where.
+type PageInfo struct {
+	HasNextPage bool
+	EndCursor   *string
+}
+
+// Timeline is a page of posts, newest first.
+type Timeline struct {
+	Edges    []*PostEdge
+	PageInfo PageInfo
+}
+
+// PostEdge is one post in a timeline page and its position there.
+type PostEdge struct {
+	Cursor string
+	Node   *Post
+}
+
+// Cursors are opaque to clients. Inside they are a kind letter and the
+// numbers of a keyset position, base64url-encoded so that nobody is tempted
+// to build them by hand.
+const (
+	cursorPost   = "p" // a post seq
+	cursorFollow = "f" // a follow time and the user id, for ties
+)
+
+// PostCursor returns the cursor of the post with the given seq.
+func PostCursor(seq int64) string {
+	return encodeCursor(cursorPost + strconv.FormatInt(seq, 10))
+}
+
+// ParsePostCursor returns the seq a post cursor encodes, or EINVALID.
+func ParsePostCursor(cursor string) (int64, error) {
+	raw, ok := decodeCursor(cursor, cursorPost)
+	if !ok {
+		return 0, errBadCursor
+	}
+	seq, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || seq < 0 || strconv.FormatInt(seq, 10) != raw {
+		return 0, errBadCursor
+	}
+	return seq, nil
+}
+
+// FollowCursor returns the cursor of a follow made at t by userID.
+func FollowCursor(t time.Time, userID string) string {
+	return encodeCursor(fmt.Sprintf("%s%d:%s", cursorFollow, t.UnixMilli(), userID))
+}
+
+// ParseFollowCursor returns the follow time in unix ms and the user id a
+// follow cursor encodes, or EINVALID.
+func ParseFollowCursor(cursor string) (ms int64, userID string, err error) {
+	raw, ok := decodeCursor(cursor, cursorFollow)
+	if !ok {
+		return 0, "", errBadCursor
+	}
+	msText, userID, found := strings.Cut(raw, ":")
+	ms, perr := strconv.ParseInt(msText, 10, 64)
+	if !found || perr != nil || ms < 0 || !ValidUserID(userID) {
+		return 0, "", errBadCursor
+	}
+	return ms, userID, nil
+}
+
+var errBadCursor = Errorf(EINVALID, "The cursor is not valid.")
+
+func encodeCursor(raw string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func decodeCursor(cursor, kind string) (string, bool) {
+	if len(cursor) > 64 {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || !strings.HasPrefix(string(b), kind) {
+		return "", false
+	}
+	return string(b[len(kind):]), true
+}
+
+// TimelineEventKind says what happened to a timeline.
+type TimelineEventKind string
+
+// The kinds of timeline events.
+const (
+	PostAdded   TimelineEventKind = "POST_ADDED"
+	PostRemoved TimelineEventKind = "POST_REMOVED"
+	Resync      TimelineEventKind = "RESYNC"
+)
+
+// TimelineEvent is one change to a timeline, as live subscribers see it.
+type TimelineEvent struct {
+	Kind   TimelineEventKind
+	Cursor string  // the post's position; for RESYNC the newest position
+	PostID *string // nil for RESYNC
+	Post   *Post   // set for POST_ADDED only
+}
+
+// LiveService streams the changes to timelines.
+type LiveService interface {
+	// SubscribeTimeline returns the events of feed until ctx ends, when the
+	// channel is closed. With after set, it first replays, oldest first,
+	// every post newer than after, then goes on live with no gap and no
+	// duplicate; if after is older than the feed still holds, it starts
+	// with a RESYNC instead. A subscriber that falls behind loses events
+	// and receives a RESYNC.
+	SubscribeTimeline(ctx context.Context, feed Feed, after *string) (<-chan *TimelineEvent, error)
+}
