@@ -7,134 +7,202 @@ package graph
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/warble/warble/internal/warble"
 )
 
 // Signup is the resolver for the signup field.
 func (r *mutationResolver) Signup(ctx context.Context, input warble.SignupInput) (*warble.AuthPayload, error) {
-	panic(fmt.Errorf("not implemented: Signup - signup"))
+	return r.Auth.Signup(ctx, input)
 }
 
 // Login is the resolver for the login field.
 func (r *mutationResolver) Login(ctx context.Context, input warble.LoginInput) (*warble.AuthPayload, error) {
-	panic(fmt.Errorf("not implemented: Login - login"))
+	return r.Auth.Login(ctx, input)
 }
 
 // Logout is the resolver for the logout field.
 func (r *mutationResolver) Logout(ctx context.Context) (bool, error) {
-	panic(fmt.Errorf("not implemented: Logout - logout"))
+	if _, err := requireUser(ctx); err != nil {
+		return false, err
+	}
+	if err := r.Auth.Logout(ctx, warble.SessionFromContext(ctx)); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // CreatePost is the resolver for the createPost field.
 func (r *mutationResolver) CreatePost(ctx context.Context, input warble.CreatePostInput) (*warble.CreatePostPayload, error) {
-	panic(fmt.Errorf("not implemented: CreatePost - createPost"))
+	viewer, err := requireUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := input.Normalize(); err != nil {
+		return nil, err
+	}
+	p, err := r.Posts.CreatePost(ctx, viewer.ID, input.Body)
+	if err != nil {
+		return nil, err
+	}
+	return &warble.CreatePostPayload{Post: p}, nil
 }
 
 // DeletePost is the resolver for the deletePost field.
 func (r *mutationResolver) DeletePost(ctx context.Context, input warble.DeletePostInput) (*warble.DeletePostPayload, error) {
-	panic(fmt.Errorf("not implemented: DeletePost - deletePost"))
+	viewer, err := requireUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Posts.DeletePost(ctx, viewer.ID, input.PostID); err != nil {
+		return nil, err
+	}
+	return &warble.DeletePostPayload{PostID: input.PostID}, nil
 }
 
 // Follow is the resolver for the follow field.
 func (r *mutationResolver) Follow(ctx context.Context, input warble.FollowInput) (*warble.FollowPayload, error) {
-	panic(fmt.Errorf("not implemented: Follow - follow"))
+	return r.changeFollow(ctx, input, r.Follows.Follow)
 }
 
 // Unfollow is the resolver for the unfollow field.
 func (r *mutationResolver) Unfollow(ctx context.Context, input warble.FollowInput) (*warble.FollowPayload, error) {
-	panic(fmt.Errorf("not implemented: Unfollow - unfollow"))
+	return r.changeFollow(ctx, input, r.Follows.Unfollow)
 }
 
 // Author is the resolver for the author field.
 func (r *postResolver) Author(ctx context.Context, obj *warble.Post) (*warble.User, error) {
-	panic(fmt.Errorf("not implemented: Author - author"))
+	if obj.Author != nil {
+		return obj.Author, nil
+	}
+	return r.Users.FindUserByID(ctx, obj.AuthorID)
 }
 
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*warble.User, error) {
-	panic(fmt.Errorf("not implemented: Viewer - viewer"))
+	return warble.UserFromContext(ctx), nil
 }
 
 // User is the resolver for the user field.
 func (r *queryResolver) User(ctx context.Context, username string) (*warble.User, error) {
-	panic(fmt.Errorf("not implemented: User - user"))
+	return nullIfNotFound(r.Users.FindUserByUsername(ctx, username))
 }
 
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (warble.Node, error) {
-	panic(fmt.Errorf("not implemented: Node - node"))
+	switch {
+	case warble.IsPostID(id):
+		if p, err := nullIfNotFound(r.Posts.FindPostByID(ctx, id)); p != nil || err != nil {
+			return p, err
+		}
+	case warble.ValidUserID(id):
+		if u, err := nullIfNotFound(r.Users.FindUserByID(ctx, id)); u != nil || err != nil {
+			return u, err
+		}
+	}
+	return nil, nil
 }
 
 // HomeTimeline is the resolver for the homeTimeline field.
 func (r *queryResolver) HomeTimeline(ctx context.Context, first *int, after *string) (*warble.Timeline, error) {
-	panic(fmt.Errorf("not implemented: HomeTimeline - homeTimeline"))
+	viewer, err := requireUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.timeline(ctx, warble.HomeFeed(viewer.ID), first, after)
 }
 
 // GlobalTimeline is the resolver for the globalTimeline field.
 func (r *queryResolver) GlobalTimeline(ctx context.Context, first *int, after *string) (*warble.Timeline, error) {
-	panic(fmt.Errorf("not implemented: GlobalTimeline - globalTimeline"))
+	return r.timeline(ctx, warble.GlobalFeed(), first, after)
 }
 
 // NewestUsers is the resolver for the newestUsers field.
 func (r *queryResolver) NewestUsers(ctx context.Context, first *int) ([]*warble.User, error) {
-	panic(fmt.Errorf("not implemented: NewestUsers - newestUsers"))
+	page, err := pageArgs(first, nil, 10)
+	if err != nil {
+		return nil, err
+	}
+	return r.Users.NewestUsers(ctx, page.First)
 }
 
 // HomeTimeline is the resolver for the homeTimeline field.
 func (r *subscriptionResolver) HomeTimeline(ctx context.Context, after *string) (<-chan *warble.TimelineEvent, error) {
-	panic(fmt.Errorf("not implemented: HomeTimeline - homeTimeline"))
+	viewer, err := requireUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Live.SubscribeTimeline(ctx, warble.HomeFeed(viewer.ID), after)
 }
 
 // GlobalTimeline is the resolver for the globalTimeline field.
 func (r *subscriptionResolver) GlobalTimeline(ctx context.Context, after *string) (<-chan *warble.TimelineEvent, error) {
-	panic(fmt.Errorf("not implemented: GlobalTimeline - globalTimeline"))
+	return r.Live.SubscribeTimeline(ctx, warble.GlobalFeed(), after)
 }
 
 // UserPosts is the resolver for the userPosts field.
 func (r *subscriptionResolver) UserPosts(ctx context.Context, username string, after *string) (<-chan *warble.TimelineEvent, error) {
-	panic(fmt.Errorf("not implemented: UserPosts - userPosts"))
+	u, err := r.Users.FindUserByUsername(ctx, username)
+	if err != nil {
+		return nil, err
+	}
+	return r.Live.SubscribeTimeline(ctx, warble.UserFeed(u.ID), after)
 }
 
 // Posts is the resolver for the posts field.
 func (r *userResolver) Posts(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.Timeline, error) {
-	panic(fmt.Errorf("not implemented: Posts - posts"))
+	return r.timeline(ctx, warble.UserFeed(obj.ID), first, after)
 }
 
 // Followers is the resolver for the followers field.
 func (r *userResolver) Followers(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error) {
-	panic(fmt.Errorf("not implemented: Followers - followers"))
+	page, err := pageArgs(first, after, warble.DefaultPageSize)
+	if err != nil {
+		return nil, err
+	}
+	return r.Follows.FindFollowers(ctx, obj.ID, page)
 }
 
 // Following is the resolver for the following field.
 func (r *userResolver) Following(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error) {
-	panic(fmt.Errorf("not implemented: Following - following"))
+	page, err := pageArgs(first, after, warble.DefaultPageSize)
+	if err != nil {
+		return nil, err
+	}
+	return r.Follows.FindFollowing(ctx, obj.ID, page)
 }
 
 // ViewerIsFollowing is the resolver for the viewerIsFollowing field.
 func (r *userResolver) ViewerIsFollowing(ctx context.Context, obj *warble.User) (bool, error) {
-	panic(fmt.Errorf("not implemented: ViewerIsFollowing - viewerIsFollowing"))
+	viewerID := warble.UserIDFromContext(ctx)
+	if viewerID == "" || viewerID == obj.ID {
+		return false, nil
+	}
+	return r.Follows.IsFollowing(ctx, viewerID, obj.ID)
 }
 
 // FollowsViewer is the resolver for the followsViewer field.
 func (r *userResolver) FollowsViewer(ctx context.Context, obj *warble.User) (bool, error) {
-	panic(fmt.Errorf("not implemented: FollowsViewer - followsViewer"))
+	viewerID := warble.UserIDFromContext(ctx)
+	if viewerID == "" || viewerID == obj.ID {
+		return false, nil
+	}
+	return r.Follows.IsFollowing(ctx, obj.ID, viewerID)
 }
 
 // CommonFollowers is the resolver for the commonFollowers field.
 func (r *userResolver) CommonFollowers(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error) {
-	panic(fmt.Errorf("not implemented: CommonFollowers - commonFollowers"))
+	return viewerRelative(ctx, obj, first, after, r.Follows.FindCommonFollowers)
 }
 
 // CommonFollowing is the resolver for the commonFollowing field.
 func (r *userResolver) CommonFollowing(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error) {
-	panic(fmt.Errorf("not implemented: CommonFollowing - commonFollowing"))
+	return viewerRelative(ctx, obj, first, after, r.Follows.FindCommonFollowing)
 }
 
 // FollowersYouFollow is the resolver for the followersYouFollow field.
 func (r *userResolver) FollowersYouFollow(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error) {
-	panic(fmt.Errorf("not implemented: FollowersYouFollow - followersYouFollow"))
+	return viewerRelative(ctx, obj, first, after, r.Follows.FindFollowersYouFollow)
 }
 
 // Mutation returns MutationResolver implementation.
@@ -152,10 +220,8 @@ func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionRes
 // User returns UserResolver implementation.
 func (r *Resolver) User() UserResolver { return &userResolver{r} }
 
-type (
-	mutationResolver     struct{ *Resolver }
-	postResolver         struct{ *Resolver }
-	queryResolver        struct{ *Resolver }
-	subscriptionResolver struct{ *Resolver }
-	userResolver         struct{ *Resolver }
-)
+type mutationResolver struct{ *Resolver }
+type postResolver struct{ *Resolver }
+type queryResolver struct{ *Resolver }
+type subscriptionResolver struct{ *Resolver }
+type userResolver struct{ *Resolver }

@@ -1,0 +1,101 @@
+package graph
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// SessionWatcher ends contexts when their session is revoked.
+type SessionWatcher interface {
+	// WatchSession returns a context that is cancelled when the session with
+	// tokenHash is revoked or ctx ends, and a func that releases it.
+	WatchSession(ctx context.Context, tokenHash string) (context.Context, context.CancelFunc)
+}
+
+type authErrorKey struct{}
+
+// AuthMiddleware reads the bearer token of HTTP requests and puts its user
+// and session in the request context. A request without Authorization is
+// anonymous; one with a bad or revoked token fails as UNAUTHENTICATED
+// instead of running signed out (see authInterceptor).
+func AuthMiddleware(auth warble.AuthService, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		header := r.Header.Get("Authorization")
+		if header == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, err := authenticate(r.Context(), auth, header)
+		if err != nil {
+			ctx = context.WithValue(r.Context(), authErrorKey{}, err)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// authenticate checks an Authorization value ("Bearer <token>") and returns
+// ctx with the user and session.
+func authenticate(ctx context.Context, auth warble.AuthService, header string) (context.Context, error) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return ctx, warble.Errorf(warble.EUNAUTHENTICATED, `Authorization must be "Bearer <token>".`)
+	}
+	u, s, err := auth.Authenticate(ctx, strings.TrimSpace(token))
+	if err != nil {
+		return ctx, err
+	}
+	return warble.NewContextWithSession(warble.NewContextWithUser(ctx, u), s), nil
+}
+
+// authInterceptor answers every operation of a request whose token failed
+// with that error, before anything runs.
+func authInterceptor(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	err, _ := ctx.Value(authErrorKey{}).(error)
+	if err == nil {
+		return next(ctx)
+	}
+	return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{graphql.ErrorOnPath(ctx, err).(*gqlerror.Error)}})
+}
+
+// websocketInit authenticates a websocket from its connection_init payload
+// ({"Authorization": "Bearer <token>"}, key matched ignoring case). Without
+// one the connection is anonymous. A bad token closes it with 4403. The
+// returned context ends, closing the connection and its subscriptions, when
+// the session is revoked.
+func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.WebsocketInitFunc {
+	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+		var header string
+		for k, v := range payload {
+			if s, ok := v.(string); ok && strings.EqualFold(k, "Authorization") {
+				header = s
+			}
+		}
+		if header == "" {
+			return ctx, nil, nil
+		}
+		authCtx, err := authenticate(ctx, auth, header)
+		if err != nil {
+			ctx = transport.WithWebsocketCloseCode(ctx, 4403)
+			return transport.AppendCloseReason(ctx, "Forbidden"), nil, err
+		}
+		if watcher != nil {
+			authCtx, _ = watcher.WatchSession(authCtx, warble.SessionFromContext(authCtx).TokenHash)
+		}
+		return authCtx, nil, nil
+	}
+}
+
+// requireUser returns the signed-in user or an UNAUTHENTICATED error.
+func requireUser(ctx context.Context) (*warble.User, error) {
+	if u := warble.UserFromContext(ctx); u != nil {
+		return u, nil
+	}
+	return nil, warble.Errorf(warble.EUNAUTHENTICATED, "You need to log in to do this.")
+}

@@ -1,0 +1,84 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// The extensions.code values of Warble's own errors. Parse and validation
+// errors keep gqlgen's GRAPHQL_* codes.
+const (
+	CodeBadUserInput    = "BAD_USER_INPUT"
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	CodeForbidden       = "FORBIDDEN"
+	CodeNotFound        = "NOT_FOUND"
+	CodeConflict        = "CONFLICT"
+	CodeRateLimited     = "RATE_LIMITED"
+	CodeInternal        = "INTERNAL"
+)
+
+var codes = map[string]string{
+	warble.EINVALID:         CodeBadUserInput,
+	warble.EUNAUTHENTICATED: CodeUnauthenticated,
+	warble.EFORBIDDEN:       CodeForbidden,
+	warble.ENOTFOUND:        CodeNotFound,
+	warble.ECONFLICT:        CodeConflict,
+	warble.ERATELIMITED:     CodeRateLimited,
+}
+
+// ErrorPresenter is the one place that turns errors into what clients see.
+// Domain errors show their message and code; errors that already carry a
+// code (parse and validation errors) pass as they are; anything else is
+// logged with its cause and shown as "Internal error." with INTERNAL, so that
+// no Redis detail or stack trace reaches a client.
+func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
+		var werr *warble.Error
+		if errors.As(err, &werr) {
+			code, ok := codes[werr.Code]
+			if !ok {
+				code = CodeInternal
+			}
+			gqlErr.Message = werr.Message
+			gqlErr.Extensions = map[string]any{"code": code}
+			return gqlErr
+		}
+		if _, ok := gqlErr.Extensions["code"]; ok && gqlErr.Err == nil {
+			return gqlErr
+		}
+		var ge *gqlerror.Error
+		if errors.As(err, &ge) && ge.Err == nil && ge.Rule != "" {
+			return gqlErr // a validation rule's error without a code
+		}
+		log.ErrorContext(ctx, "graphql: internal error", "path", gqlErr.Path.String(), "err", err)
+		return &gqlerror.Error{
+			Message:    "Internal error.",
+			Path:       gqlErr.Path,
+			Extensions: map[string]any{"code": CodeInternal},
+		}
+	}
+}
+
+// RecoverFunc logs a panic in a resolver with its stack and answers with an
+// internal error instead of crashing the process.
+func RecoverFunc(log *slog.Logger) graphql.RecoverFunc {
+	return func(ctx context.Context, p any) error {
+		log.ErrorContext(ctx, "graphql: panic", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return errors.New("panic in resolver")
+	}
+}
+
+// newError returns a gqlerror with a Warble code, for errors raised by the
+// transport rather than by a resolver.
+func newError(code, message string) *gqlerror.Error {
+	return &gqlerror.Error{Message: message, Extensions: map[string]any{"code": code}}
+}

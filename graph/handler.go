@@ -1,0 +1,77 @@
+package graph
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// Limits on what one request may ask for.
+const (
+	// MaxComplexity bounds the cost of an operation, where each field costs 1.
+	MaxComplexity = 2000
+	// MaxTokens bounds the size of a query document, in parser tokens.
+	MaxTokens = 5000
+	// MaxWebsocketMessage bounds one websocket message from a client, in bytes.
+	MaxWebsocketMessage = 64 << 10
+)
+
+// HandlerConfig configures the GraphQL handler.
+type HandlerConfig struct {
+	Resolver       *Resolver
+	Sessions       SessionWatcher
+	AllowedOrigins []string // for the websocket Origin check, as for CORS
+	Introspection  bool
+	Suggestions    bool // "Did you mean …?" in validation errors
+	Logger         *slog.Logger
+
+	// KeepAlive is the interval of keep-alive messages on websockets: "ka"
+	// on graphql-ws, ping (expecting pong) on graphql-transport-ws. Zero
+	// means 15 seconds.
+	KeepAlive time.Duration
+}
+
+// NewHandler returns the GraphQL handler for POST, GET (queries only) and
+// websockets (graphql-transport-ws and the legacy graphql-ws). Form and
+// multipart transports are left out on purpose: browsers send those across
+// origins without a CORS preflight.
+func NewHandler(cfg HandlerConfig) *handler.Server {
+	keepAlive := cfg.KeepAlive
+	if keepAlive <= 0 {
+		keepAlive = 15 * time.Second
+	}
+	readLimit := int64(MaxWebsocketMessage)
+	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver}))
+	srv.AddTransport(transport.Websocket{
+		Implementation:        GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins},
+		InitFunc:              websocketInit(cfg.Resolver.Auth, cfg.Sessions),
+		InitTimeout:           10 * time.Second,
+		KeepAlivePingInterval: keepAlive,
+		PingPongInterval:      keepAlive,
+		PayloadReadLimit:      &readLimit,
+		ErrorFunc: func(ctx context.Context, err error) {
+			cfg.Logger.DebugContext(ctx, "websocket error", "err", err)
+		},
+	})
+	srv.AddTransport(transport.Options{})
+	srv.AddTransport(transport.GET{})
+	srv.AddTransport(transport.POST{})
+
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.SetParserTokenLimit(MaxTokens)
+	srv.SetDisableSuggestion(!cfg.Suggestions)
+	srv.SetErrorPresenter(ErrorPresenter(cfg.Logger))
+	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
+	if cfg.Introspection {
+		srv.Use(extension.Introspection{})
+	}
+	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
+	srv.AroundOperations(authInterceptor)
+	return srv
+}

@@ -1,0 +1,109 @@
+package graph
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/gorilla/websocket"
+)
+
+// GorillaWebsocket is gqlgen's websocket transport implemented with
+// gorilla/websocket. It checks the Origin of browsers against the same
+// allow-list as CORS, and bounds how long a write may take.
+type GorillaWebsocket struct {
+	// AllowedOrigins are the origins, besides the server's own, whose pages
+	// may open websockets ("https://app.example"); "*" allows any.
+	AllowedOrigins []string
+	// WriteTimeout bounds each write, so that a stalled client cannot hold
+	// a goroutine forever. Zero means 10 seconds.
+	WriteTimeout time.Duration
+}
+
+var _ transport.WebsocketImplementation = GorillaWebsocket{}
+
+// Accept implements transport.WebsocketImplementation.
+func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
+	upgrader := websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   1024,
+		WriteBufferSize:  1024,
+		Subprotocols:     opts.Subprotocols,
+		CheckOrigin:      g.checkOrigin,
+	}
+	conn, err := upgrader.Upgrade(w, r, opts.ResponseHeader)
+	if err != nil {
+		return nil, err // Upgrade has already answered the request
+	}
+	timeout := g.WriteTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return &gorillaConn{conn: conn, writeTimeout: timeout}, nil
+}
+
+// checkOrigin allows requests without an Origin (not from a browser), from
+// the server's own origin, and from the allow-list.
+func (g GorillaWebsocket) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, allowed := range g.AllowedOrigins {
+		if allowed == "*" || strings.EqualFold(strings.TrimSuffix(allowed, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// gorillaConn adapts a *websocket.Conn to transport.WebsocketConn. gqlgen
+// serialises writes, so no lock is needed here.
+type gorillaConn struct {
+	conn         *websocket.Conn
+	writeTimeout time.Duration
+}
+
+var (
+	_ transport.WebsocketConn          = (*gorillaConn)(nil)
+	_ transport.WebsocketReadLimiter   = (*gorillaConn)(nil)
+	_ transport.WebsocketReadDeadliner = (*gorillaConn)(nil)
+)
+
+func (c *gorillaConn) NextReader() (int, io.Reader, error) {
+	typ, r, err := c.conn.NextReader()
+	var closeErr *websocket.CloseError
+	if errors.As(err, &closeErr) && (closeErr.Code == websocket.CloseNormalClosure ||
+		closeErr.Code == websocket.CloseGoingAway || closeErr.Code == websocket.CloseNoStatusReceived) {
+		return typ, nil, transport.ErrWebsocketClosed
+	}
+	return typ, r, err
+}
+
+func (c *gorillaConn) WriteJSON(v any) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+		return err
+	}
+	return c.conn.WriteJSON(v)
+}
+
+func (c *gorillaConn) WriteClose(code int, message string) error {
+	msg := websocket.FormatCloseMessage(code, message)
+	return c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.writeTimeout))
+}
+
+func (c *gorillaConn) Close() error                      { return c.conn.Close() }
+func (c *gorillaConn) Subprotocol() string               { return c.conn.Subprotocol() }
+func (c *gorillaConn) SetReadLimit(limit int64)          { c.conn.SetReadLimit(limit) }
+func (c *gorillaConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
