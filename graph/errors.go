@@ -76,9 +76,3 @@ func RecoverFunc(log *slog.Logger) graphql.RecoverFunc {
 		return errors.New("panic in resolver")
 	}
 }
-
-// newError returns a gqlerror with a Warble code, for errors raised by the
-// transport rather than by a resolver.
-func newError(code, message string) *gqlerror.Error {
-	return &gqlerror.Error{Message: message, Extensions: map[string]any{"code": code}}
-}
