@@ -1,0 +1,302 @@
+package redisdb
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// Session tokens are tokenBytes random bytes, base64url without padding.
+const (
+	tokenBytes = 32
+	tokenLen   = 43 // base64.RawURLEncoding.EncodedLen(tokenBytes)
+)
+
+// usernameClaimTTL bounds how long a username stays taken by a signup that
+// died before its user was stored. A finished signup removes the expiry.
+const usernameClaimTTL = 60 * time.Second
+
+// Errors that users see from sign-in.
+var (
+	errWrongLogin     = warble.Errorf(warble.EUNAUTHENTICATED, "Wrong username or password.")
+	errSessionExpired = warble.Errorf(warble.EUNAUTHENTICATED, "Your session has expired or was revoked. Please log in again.")
+)
+
+// AuthService implements warble.AuthService: bcrypt password hashes and
+// random session tokens of which Redis keeps only a SHA-256 hash.
+type AuthService struct {
+	db *DB
+
+	// dummyHash is compared against when a login names an unknown user, so
+	// that it takes as long as a wrong password and does not reveal which
+	// usernames exist. It has the cost of real hashes and is made once, on
+	// first use.
+	dummyHash func() []byte
+}
+
+// NewAuthService returns an AuthService over db.
+func NewAuthService(db *DB) *AuthService {
+	cost := db.opts.BcryptCost
+	return &AuthService{
+		db: db,
+		dummyHash: sync.OnceValue(func() []byte {
+			h, err := bcrypt.GenerateFromPassword([]byte("not a password of anyone"), cost)
+			if err != nil {
+				panic(fmt.Sprintf("redisdb: dummy bcrypt hash: %v", err)) // only a bad cost gets here
+			}
+			return h
+		}),
+	}
+}
+
+var _ warble.AuthService = (*AuthService)(nil)
+
+// persistClaimScript makes a pending username claim permanent, if it is
+// still the claim of the given user: a signup stalled past usernameClaimTTL
+// must not take over a name that someone else has claimed since.
+//
+// KEYS[1] -> w:uname:<username>
+// ARGV[1] -> user id that claimed it
+//
+// Returns 1 if the claim was ours and is now permanent, 0 otherwise.
+var persistClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+redis.call('PERSIST', KEYS[1])
+return 1
+`)
+
+// releaseClaimScript gives up a pending username claim, if it is still
+// the claim of the given user.
+//
+// KEYS[1] -> w:uname:<username>
+// ARGV[1] -> user id that claimed it
+//
+// Returns 1 if the claim was deleted, 0 otherwise.
+var releaseClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+return redis.call('DEL', KEYS[1])
+`)
+
+// Signup implements warble.AuthService.
+//
+// The steps cross hash slots, so they are ordered for crashes: a new id,
+// then a claim on the username that expires unless the signup finishes, then
+// the user hash, then the claim made permanent, then the newest-users list.
+// A crash leaves at most an unused id, a name taken for a minute, or a user
+// hash that no username leads to.
+func (s *AuthService) Signup(ctx context.Context, in warble.SignupInput) (*warble.AuthPayload, error) {
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	nameKey := usernameKey(warble.UsernameKey(in.Username))
+	taken := func() error { return warble.Errorf(warble.ECONFLICT, "Username %q is taken.", in.Username) }
+
+	// A cheap look first, so that a plainly taken name costs neither a
+	// password hash nor a user id. The SET NX below is what decides.
+	if n, err := s.db.client.Exists(ctx, nameKey).Result(); err != nil {
+		return nil, fmt.Errorf("signup %q: %w", in.Username, err)
+	} else if n > 0 {
+		return nil, taken()
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(in.Password), s.db.opts.BcryptCost)
+	if err != nil {
+		return nil, fmt.Errorf("signup %q: hash password: %w", in.Username, err)
+	}
+
+	seq, err := s.db.client.Incr(ctx, userSeqKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("signup %q: new user id: %w", in.Username, err)
+	}
+	id := strconv.FormatInt(seq, 10)
+	ok, err := s.db.client.SetNX(ctx, nameKey, id, usernameClaimTTL).Result()
+	if err != nil {
+		return nil, fmt.Errorf("signup %q: claim username: %w", in.Username, err)
+	} else if !ok {
+		return nil, taken()
+	}
+
+	now := s.db.now()
+	err = s.db.client.HSet(ctx, userKey(id),
+		"username", in.Username,
+		"displayName", *in.DisplayName,
+		"createdAt", msString(now),
+		"password", string(hash),
+	).Err()
+	if err != nil {
+		// Free the name now rather than in a minute; if this fails too,
+		// the claim's expiry frees it.
+		_ = releaseClaimScript.Run(ctx, s.db.client, []string{nameKey}, id).Err()
+		return nil, fmt.Errorf("signup %q: store user %s: %w", in.Username, id, err)
+	}
+	owned, err := persistClaimScript.Run(ctx, s.db.client, []string{nameKey}, id).Int()
+	if err != nil {
+		return nil, fmt.Errorf("signup %q: keep username claim of user %s: %w", in.Username, id, err)
+	} else if owned == 0 {
+		// The claim expired while this signup stalled, and the name may
+		// belong to someone else now. Drop the user no name leads to.
+		_ = s.db.client.Del(ctx, userKey(id)).Err()
+		return nil, fmt.Errorf("signup %q: username claim of user %s expired before the signup finished", in.Username, id)
+	}
+	_, err = s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZAdd(ctx, newestUsersKey, redis.Z{Score: float64(seq), Member: id})
+		pipe.ZRemRangeByRank(ctx, newestUsersKey, 0, -int64(DefaultNewestCap+1))
+		return nil
+	})
+	if err != nil {
+		// The account exists and works; only the newest-users list missed it.
+		s.db.log.WarnContext(ctx, "signup: add to newest users", "user", id, "err", err)
+	}
+	return s.openSession(ctx, id)
+}
+
+// Login implements warble.AuthService.
+func (s *AuthService) Login(ctx context.Context, in warble.LoginInput) (*warble.AuthPayload, error) {
+	var id string
+	var hash []byte
+	if warble.ValidateUsername(in.Username) == nil {
+		var err error
+		id, hash, err = s.findPassword(ctx, in.Username)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if hash == nil {
+		// Unknown user: spend the time a real comparison takes, then fail
+		// the same way a wrong password does.
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash(), []byte(in.Password))
+		return nil, errWrongLogin
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(in.Password)) != nil {
+		return nil, errWrongLogin
+	}
+	return s.openSession(ctx, id)
+}
+
+// findPassword returns the id and password hash of the user with a username,
+// or a nil hash when there is no such user.
+func (s *AuthService) findPassword(ctx context.Context, username string) (id string, hash []byte, err error) {
+	id, err = s.db.client.Get(ctx, usernameKey(warble.UsernameKey(username))).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil, nil
+	} else if err != nil {
+		return "", nil, fmt.Errorf("login %q: %w", username, err)
+	}
+	h, err := s.db.client.HGet(ctx, userKey(id), "password").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil, nil // a claim whose signup has not finished
+	} else if err != nil {
+		return "", nil, fmt.Errorf("login %q: read user %s: %w", username, id, err)
+	}
+	return id, []byte(h), nil
+}
+
+// openSession creates a session for userID and returns its token with the user.
+func (s *AuthService) openSession(ctx context.Context, userID string) (*warble.AuthPayload, error) {
+	token, err := s.createSession(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.db.findUser(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	return &warble.AuthPayload{Token: token, User: u}, nil
+}
+
+// createSession stores a new session of userID and returns its token. Only
+// the token's hash reaches Redis. The user's session index is written in the
+// same round trip; on Redis Cluster the two keys are in different slots and
+// each is written atomically on its own.
+func (s *AuthService) createSession(ctx context.Context, userID string) (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("new session of %s: %w", userID, err)
+	}
+	token := base64.RawURLEncoding.EncodeToString(b)
+	tokenHash := hashToken(token)
+	key := sessionKey(tokenHash)
+	_, err := s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.SAdd(ctx, sessionsKey(userID), tokenHash)
+		pipe.HSet(ctx, key, "userID", userID, "createdAt", msString(s.db.now()))
+		pipe.Expire(ctx, key, s.db.opts.SessionTTL)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("new session of %s: %w", userID, err)
+	}
+	return token, nil
+}
+
+// Authenticate implements warble.AuthService.
+func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
+	if !wellFormedToken(token) {
+		return nil, nil, errSessionExpired
+	}
+	tokenHash := hashToken(token)
+	userID, err := s.db.client.HGet(ctx, sessionKey(tokenHash), "userID").Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil, errSessionExpired
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("authenticate: %w", err)
+	}
+	u, err := s.db.findUser(ctx, userID)
+	if warble.ErrorCode(err) == warble.ENOTFOUND {
+		return nil, nil, errSessionExpired
+	} else if err != nil {
+		return nil, nil, err
+	}
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID}, nil
+}
+
+// Logout implements warble.AuthService. It deletes the session, then
+// announces its hash on revokedChannel so that every process closes the
+// subscriptions opened with it.
+func (s *AuthService) Logout(ctx context.Context, sess *warble.Session) error {
+	if sess == nil {
+		return nil
+	}
+	_, err := s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.Del(ctx, sessionKey(sess.TokenHash))
+		pipe.SRem(ctx, sessionsKey(sess.UserID), sess.TokenHash)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("logout of %s: %w", sess.UserID, err)
+	}
+	if err := s.db.client.Publish(ctx, revokedChannel, sess.TokenHash).Err(); err != nil {
+		return fmt.Errorf("logout of %s: announce revocation: %w", sess.UserID, err)
+	}
+	return nil
+}
+
+// hashToken returns the SHA-256 of a token in hex, the only form of it
+// that is stored.
+func hashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// wellFormedToken reports whether token could have come from createSession.
+func wellFormedToken(token string) bool {
+	if len(token) != tokenLen {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
+	return err == nil && len(b) == tokenBytes
+}

@@ -1,0 +1,375 @@
+package redisdb
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+func strPtr(s string) *string { return &s }
+
+func TestSignup(t *testing.T) {
+	tests := []struct {
+		name     string
+		existing []string
+		in       warble.SignupInput
+		wantCode string
+		wantName string // display name, when the signup succeeds
+	}{
+		{name: "OK", in: warble.SignupInput{Username: "ada", Password: "password123"}, wantName: "ada"},
+		{name: "DisplayName", in: warble.SignupInput{Username: "Ada_L", Password: "password123", DisplayName: strPtr("Ada Lovelace ✨")}, wantName: "Ada Lovelace ✨"},
+		{name: "UsernameShownAsTyped", existing: []string{"bob"}, in: warble.SignupInput{Username: "AdaL", Password: "password123"}, wantName: "AdaL"},
+		{name: "UsernameTooShort", in: warble.SignupInput{Username: "ad", Password: "password123"}, wantCode: warble.EINVALID},
+		{name: "UsernameTooLong", in: warble.SignupInput{Username: strings.Repeat("a", 21), Password: "password123"}, wantCode: warble.EINVALID},
+		{name: "UsernameBadChars", in: warble.SignupInput{Username: "ada-l", Password: "password123"}, wantCode: warble.EINVALID},
+		{name: "UsernameNonASCII", in: warble.SignupInput{Username: "adé", Password: "password123"}, wantCode: warble.EINVALID},
+		{name: "PasswordTooShort", in: warble.SignupInput{Username: "ada", Password: "1234567"}, wantCode: warble.EINVALID},
+		{name: "PasswordTooLong", in: warble.SignupInput{Username: "ada", Password: strings.Repeat("p", 73)}, wantCode: warble.EINVALID},
+		{name: "DisplayNameEmpty", in: warble.SignupInput{Username: "ada", Password: "password123", DisplayName: strPtr("")}, wantCode: warble.EINVALID},
+		{name: "DisplayNameSpaces", in: warble.SignupInput{Username: "ada", Password: "password123", DisplayName: strPtr(" Ada")}, wantCode: warble.EINVALID},
+		{name: "DisplayNameControl", in: warble.SignupInput{Username: "ada", Password: "password123", DisplayName: strPtr("A\x07da")}, wantCode: warble.EINVALID},
+		{name: "DisplayNameTooLong", in: warble.SignupInput{Username: "ada", Password: "password123", DisplayName: strPtr(strings.Repeat("é", 51))}, wantCode: warble.EINVALID},
+		{name: "Taken", existing: []string{"ada"}, in: warble.SignupInput{Username: "ada", Password: "password123"}, wantCode: warble.ECONFLICT},
+		{name: "TakenIgnoringCase", existing: []string{"ada"}, in: warble.SignupInput{Username: "ADA", Password: "password123"}, wantCode: warble.ECONFLICT},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newTestDB(t, Options{})
+			for _, name := range tt.existing {
+				mustSignup(t, db, name)
+			}
+			before := snapshot(t, db)
+			p, err := NewAuthService(db).Signup(ctx, tt.in)
+			if got := warble.ErrorCode(err); got != tt.wantCode {
+				t.Fatalf("Signup(%q) code = %q, want %q (err %v)", tt.in.Username, got, tt.wantCode, err)
+			}
+			if tt.wantCode != "" {
+				assertUnchanged(t, db, before, "failed Signup")
+				if tt.wantCode == warble.ECONFLICT && warble.ErrorMessage(err) != `Username "`+tt.in.Username+`" is taken.` {
+					t.Errorf("Signup(%q) message = %q", tt.in.Username, warble.ErrorMessage(err))
+				}
+				return
+			}
+			u := p.User
+			if u.Username != tt.in.Username || u.DisplayName != tt.wantName || u.ID == "" || u.CreatedAt.IsZero() {
+				t.Errorf("Signup(%q) user = %+v", tt.in.Username, u)
+			}
+			if u.FollowersCount != 0 || u.FollowingCount != 0 || u.PostsCount != 0 {
+				t.Errorf("new user has counts %+v", u)
+			}
+			if len(p.Token) != tokenLen {
+				t.Errorf("token %q has %d characters, want %d", p.Token, len(p.Token), tokenLen)
+			}
+			if ttl := db.client.TTL(ctx, usernameKey(warble.UsernameKey(tt.in.Username))).Val(); ttl != -1 {
+				t.Errorf("username claim TTL = %v after signup, want none (-1)", ttl)
+			}
+			if got := db.client.ZRevRange(ctx, newestUsersKey, 0, 0).Val(); len(got) != 1 || got[0] != u.ID {
+				t.Errorf("newest users = %v, want %s first", got, u.ID)
+			}
+		})
+	}
+}
+
+func TestSignupConcurrentSameName(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	const n = 20
+	codes := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := "racer"
+			if i%2 == 1 {
+				name = "RACER"
+			}
+			_, err := auth.Signup(ctx, warble.SignupInput{Username: name, Password: "password123"})
+			codes[i] = warble.ErrorCode(err)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for i, code := range codes {
+		switch code {
+		case "":
+			wins++
+		case warble.ECONFLICT:
+		default:
+			t.Errorf("signup %d: code %q", i, code)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d of %d concurrent signups won, want 1", wins, n)
+	}
+	users, err := db.client.Keys(ctx, "w:u:{*}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(users) != 1 {
+		t.Errorf("user hashes = %v, want exactly one", users)
+	}
+	if got := db.client.ZCard(ctx, newestUsersKey).Val(); got != 1 {
+		t.Errorf("newest users has %d entries, want 1", got)
+	}
+	id := db.client.Get(ctx, usernameKey("racer")).Val()
+	if len(users) == 1 && users[0] != userKey(id) {
+		t.Errorf("username leads to %s, but the user is %s", userKey(id), users[0])
+	}
+}
+
+func TestLogin(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       warble.LoginInput
+		wantCode string
+	}{
+		{name: "OK", in: warble.LoginInput{Username: "ada", Password: "password123"}},
+		{name: "UsernameIgnoringCase", in: warble.LoginInput{Username: "ADA", Password: "password123"}},
+		{name: "WrongPassword", in: warble.LoginInput{Username: "ada", Password: "password124"}, wantCode: warble.EUNAUTHENTICATED},
+		{name: "PasswordCaseMatters", in: warble.LoginInput{Username: "ada", Password: "PASSWORD123"}, wantCode: warble.EUNAUTHENTICATED},
+		{name: "UnknownUser", in: warble.LoginInput{Username: "bob", Password: "password123"}, wantCode: warble.EUNAUTHENTICATED},
+		{name: "MalformedUsername", in: warble.LoginInput{Username: "a d a", Password: "password123"}, wantCode: warble.EUNAUTHENTICATED},
+		{name: "Empty", in: warble.LoginInput{}, wantCode: warble.EUNAUTHENTICATED},
+	}
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	ada := mustSignup(t, db, "ada")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := db.client.SCard(ctx, sessionsKey(ada.ID)).Val()
+			p, err := auth.Login(ctx, tt.in)
+			if got := warble.ErrorCode(err); got != tt.wantCode {
+				t.Fatalf("Login(%q) code = %q, want %q (err %v)", tt.in.Username, got, tt.wantCode, err)
+			}
+			after := db.client.SCard(ctx, sessionsKey(ada.ID)).Val()
+			if tt.wantCode != "" {
+				// Wrong password and unknown user must not be told apart.
+				if msg := warble.ErrorMessage(err); msg != "Wrong username or password." {
+					t.Errorf("Login(%q) message = %q", tt.in.Username, msg)
+				}
+				if after != before {
+					t.Errorf("failed login changed the session count from %d to %d", before, after)
+				}
+				return
+			}
+			if p.User.ID != ada.ID || p.User.Username != "ada" {
+				t.Errorf("Login(%q) user = %+v, want ada", tt.in.Username, p.User)
+			}
+			if after != before+1 {
+				t.Errorf("login made %d sessions, want 1", after-before)
+			}
+		})
+	}
+}
+
+func TestSessions(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	signup, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := mustSignup(t, db, "bob")
+	tokens := []string{signup.Token}
+	for range 2 {
+		p, err := auth.Login(ctx, warble.LoginInput{Username: "ada", Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, p.Token)
+	}
+	bobLogin, err := auth.Login(ctx, warble.LoginInput{Username: "bob", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every session of ada's is valid at once, each its own.
+	sessions := make([]*warble.Session, len(tokens))
+	for i, token := range tokens {
+		u, s, err := auth.Authenticate(ctx, token)
+		if err != nil {
+			t.Fatalf("Authenticate(token %d): %v", i, err)
+		}
+		if u.ID != signup.User.ID || s.UserID != u.ID || s.TokenHash != hashToken(token) {
+			t.Fatalf("Authenticate(token %d) = %+v, %+v", i, u, s)
+		}
+		sessions[i] = s
+	}
+	if got := db.client.SCard(ctx, sessionsKey(signup.User.ID)).Val(); got != 3 {
+		t.Errorf("ada has %d sessions, want 3", got)
+	}
+	if ttl := db.client.TTL(ctx, sessionKey(sessions[0].TokenHash)).Val(); ttl <= 0 || ttl > DefaultSessionTTL {
+		t.Errorf("session TTL = %v, want in (0, %v]", ttl, DefaultSessionTTL)
+	}
+
+	// Logging out revokes that session only.
+	if err := auth.Logout(ctx, sessions[1]); err != nil {
+		t.Fatal(err)
+	}
+	for i, token := range tokens {
+		_, _, err := auth.Authenticate(ctx, token)
+		if i == 1 {
+			if warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+				t.Errorf("revoked token: err = %v, want EUNAUTHENTICATED", err)
+			}
+		} else if err != nil {
+			t.Errorf("token %d after another session's logout: %v", i, err)
+		}
+	}
+	if _, _, err := auth.Authenticate(ctx, bobLogin.Token); err != nil {
+		t.Errorf("bob's token after ada's logout: %v", err)
+	}
+	if db.client.SIsMember(ctx, sessionsKey(signup.User.ID), sessions[1].TokenHash).Val() {
+		t.Error("revoked session is still in ada's session index")
+	}
+	if got := db.client.SCard(ctx, sessionsKey(bob.ID)).Val(); got != 2 {
+		t.Errorf("bob has %d sessions, want 2", got)
+	}
+
+	// A second logout of the same session is harmless.
+	if err := auth.Logout(ctx, sessions[1]); err != nil {
+		t.Errorf("repeated Logout: %v", err)
+	}
+}
+
+func TestAuthenticateBadTokens(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		token string
+	}{
+		{name: "Empty", token: ""},
+		{name: "TooShort", token: p.Token[:42]},
+		{name: "TooLong", token: p.Token + "A"},
+		{name: "WrongAlphabet", token: "+" + p.Token[1:]},
+		{name: "Padding", token: p.Token[:42] + "="},
+		{name: "Unknown", token: strings.Repeat("A", tokenLen)},
+		{name: "HashOfToken", token: hashToken(p.Token)},
+		{name: "OtherCase", token: strings.ToUpper(p.Token)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.token == p.Token {
+				t.Skip("the variant happens to equal the token")
+			}
+			u, s, err := auth.Authenticate(ctx, tt.token)
+			if warble.ErrorCode(err) != warble.EUNAUTHENTICATED || u != nil || s != nil {
+				t.Fatalf("Authenticate(%q) = %v, %v, %v; want EUNAUTHENTICATED", tt.token, u, s, err)
+			}
+			if msg := warble.ErrorMessage(err); msg != "Your session has expired or was revoked. Please log in again." {
+				t.Errorf("message = %q", msg)
+			}
+		})
+	}
+
+	// A session whose key has gone (as when it expires) is no longer valid.
+	if err := db.client.Del(ctx, sessionKey(hashToken(p.Token))).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Errorf("Authenticate(expired) err = %v, want EUNAUTHENTICATED", err)
+	}
+}
+
+// TestAuthSecretsNotStored reads back every key and value Redis holds and
+// checks that neither a token nor a password appears in it.
+func TestAuthSecretsNotStored(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	const password = "correct horse battery"
+	signup, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := auth.Login(ctx, warble.LoginInput{Username: "ada", Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{signup.Token, login.Token, password}
+
+	keys, err := db.client.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored []string
+	for _, key := range keys {
+		stored = append(stored, key)
+		switch typ := db.client.Type(ctx, key).Val(); typ {
+		case "string":
+			stored = append(stored, db.client.Get(ctx, key).Val())
+		case "hash":
+			for f, v := range db.client.HGetAll(ctx, key).Val() {
+				stored = append(stored, f, v)
+			}
+		case "set":
+			stored = append(stored, db.client.SMembers(ctx, key).Val()...)
+		case "zset":
+			stored = append(stored, db.client.ZRange(ctx, key, 0, -1).Val()...)
+		default:
+			t.Errorf("key %s has unexpected type %s", key, typ)
+		}
+	}
+	for _, s := range stored {
+		for _, secret := range secrets {
+			if strings.Contains(s, secret) {
+				t.Errorf("Redis holds %q, which contains the secret %q", s, secret)
+			}
+		}
+	}
+	hash := db.client.HGet(ctx, userKey(signup.User.ID), "password").Val()
+	if !strings.HasPrefix(hash, "$2") {
+		t.Errorf("stored password %q is not a bcrypt hash", hash)
+	}
+	if db.client.Exists(ctx, sessionKey(hashToken(login.Token))).Val() != 1 {
+		t.Error("no session stored under the SHA-256 of the token")
+	}
+}
+
+func TestLogoutPublishesRevocation(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s, err := auth.Authenticate(ctx, p.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sub := db.client.Subscribe(ctx, revokedChannel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription is confirmed
+		t.Fatal(err)
+	}
+	if err := auth.Logout(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline only keeps a broken build from hanging; it asserts nothing.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := sub.ReceiveMessage(rctx)
+	if err != nil {
+		t.Fatalf("no message on %s: %v", revokedChannel, err)
+	}
+	if msg.Payload != hashToken(p.Token) || msg.Payload == p.Token {
+		t.Errorf("revocation message = %q, want the token hash %q", msg.Payload, hashToken(p.Token))
+	}
+}

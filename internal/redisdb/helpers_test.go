@@ -1,0 +1,56 @@
+package redisdb
+
+import (
+	"context"
+	"testing"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// mustSignup creates a user with the password "password123" and returns it.
+func mustSignup(tb testing.TB, db *DB, username string) *warble.User {
+	tb.Helper()
+	p, err := NewAuthService(db).Signup(context.Background(), warble.SignupInput{Username: username, Password: "password123"})
+	if err != nil {
+		tb.Fatalf("Signup(%q): %v", username, err)
+	}
+	return p.User
+}
+
+// snapshot returns every key Redis holds with a serialized copy of its
+// value, so that a test can check that a failed call wrote nothing.
+func snapshot(tb testing.TB, db *DB) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	keys, err := db.client.Keys(ctx, "*").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	snap := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, err := db.client.Dump(ctx, k).Result()
+		if err != nil {
+			tb.Fatalf("DUMP %s: %v", k, err)
+		}
+		snap[k] = v
+	}
+	return snap
+}
+
+// assertUnchanged fails tb if Redis differs from the snapshot before.
+func assertUnchanged(tb testing.TB, db *DB, before map[string]string, what string) {
+	tb.Helper()
+	after := snapshot(tb, db)
+	for k, v := range after {
+		if old, ok := before[k]; !ok {
+			tb.Errorf("%s wrote key %s", what, k)
+		} else if old != v {
+			tb.Errorf("%s changed key %s", what, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			tb.Errorf("%s deleted key %s", what, k)
+		}
+	}
+}
