@@ -54,3 +54,11 @@ func assertUnchanged(tb testing.TB, db *DB, before map[string]string, what strin
 		}
 	}
 }
+
+// mustFollow makes followerID follow followeeID.
+func mustFollow(tb testing.TB, db *DB, followerID, followeeID string) {
+	tb.Helper()
+	if err := NewFollowService(db).Follow(context.Background(), followerID, followeeID); err != nil {
+		tb.Fatalf("Follow(%s, %s): %v", followerID, followeeID, err)
+	}
+}

@@ -1,0 +1,821 @@
+package redisdb
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// FollowService implements warble.FollowService.
+//
+// A follow lives in two sorted sets in two users' hash slots: the
+// follower's following set, which is the truth, and the followee's
+// followers set, which mirrors it. Every step that writes the mirror re-reads
+// the truth afterwards and repeats until the two agree, so concurrent follows
+// and unfollows of one pair, and retries after a crash, converge.
+type FollowService struct{ db *DB }
+
+// NewFollowService returns a FollowService over db.
+func NewFollowService(db *DB) *FollowService { return &FollowService{db: db} }
+
+var _ warble.FollowService = (*FollowService)(nil)
+
+// followChunk is how many entries one round trip reads when a set is walked:
+// removing a followee's posts from a home timeline, or intersecting two
+// follow sets.
+const followChunk = 500
+
+var (
+	errBadUserID  = warble.Errorf(warble.EINVALID, "User id is not valid.")
+	errNoUser     = warble.Errorf(warble.ENOTFOUND, "User not found.")
+	errFollowSelf = warble.Errorf(warble.EINVALID, "You cannot follow yourself.")
+)
+
+// followScript records that KEYS[1]'s owner follows ARGV[1], unless that
+// would pass the following limit. The check and the add are one step, so
+// concurrent follows cannot pass the limit together.
+//
+// KEYS[1] -> w:u:{<follower>}:following
+// ARGV[1] -> followee id
+// ARGV[2] -> followed-at, unix ms
+// ARGV[3] -> the most users one may follow
+//
+// Returns {1, ARGV[2]} if the follow is new, {0, <followed-at of the existing
+// follow>} if it already existed, and {-1, ""} if the limit is reached.
+var followScript = redis.NewScript(`
+local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if at then
+	return {0, at}
+end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+	return {-1, ''}
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return {1, ARGV[2]}
+`)
+
+// backfillScript copies a followee's posts into the follower's home timeline
+// and trims it to its cap, if the follower still follows the followee: a
+// concurrent unfollow may have come first, and then nothing is copied.
+// Posts older than a full timeline's oldest entry are skipped, so that a
+// repeated follow does not churn a full timeline.
+//
+// KEYS[1] -> w:u:{<follower>}:home
+// KEYS[2] -> w:u:{<follower>}:following
+// ARGV[1] -> followee id
+// ARGV[2] -> home timeline cap
+// ARGV[3..] -> post seq, post id, post seq, post id, …
+//
+// Returns {added, newest}: how many posts were added (-1 if the followee is
+// no longer followed) and the newest seq in the home timeline (0 if empty).
+var backfillScript = redis.NewScript(`
+local function newest()
+	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+	return top[2] or 0
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+	return {-1, newest()}
+end
+local cap = tonumber(ARGV[2])
+local floor = nil
+if redis.call('ZCARD', KEYS[1]) >= cap then
+	floor = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+end
+local added = 0
+for i = 3, #ARGV, 2 do
+	if not floor or tonumber(ARGV[i]) > floor then
+		-- ARGV[i] goes to Redis as given: Lua would print a number
+		-- above 10^14 in floating-point notation.
+		added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+	end
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
+return {added, newest()}
+`)
+
+// unbackfillScript removes posts of a followee from the follower's home
+// timeline, unless the follower follows the followee again by now: a
+// concurrent follow may have come last, and then its backfill stands.
+//
+// KEYS[1] -> w:u:{<follower>}:home
+// KEYS[2] -> w:u:{<follower>}:following
+// ARGV[1] -> followee id
+// ARGV[2..] -> post ids
+//
+// Returns how many posts were removed, or -1 if the followee is followed.
+var unbackfillScript = redis.NewScript(`
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+	return -1
+end
+local removed = 0
+for i = 2, #ARGV do
+	removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+end
+return removed
+`)
+
+// followPageScript reads a follow set newest first, after a keyset position
+// (followed-at, member). Equal scores are ordered by member bytes, as Redis
+// orders them, so ties are neither repeated nor skipped. When the entry at
+// the position still exists, the read continues from its rank; when it is
+// gone (an unfollow since), from the entries tied with it that sort below
+// it and then from everything older.
+//
+// KEYS[1] -> a followers or following set
+// ARGV[1] -> how many entries to return
+// ARGV[2] -> position's followed-at, unix ms; "" for the start
+// ARGV[3] -> position's member
+//
+// Returns {ZCARD, member, score, member, score, …}.
+var followPageScript = redis.NewScript(`
+local limit = tonumber(ARGV[1])
+local out = {redis.call('ZCARD', KEYS[1])}
+local function push(entries)
+	for i = 1, #entries, 2 do
+		if #out >= 1 + 2 * limit then
+			return
+		end
+		out[#out + 1] = entries[i]
+		out[#out + 1] = entries[i + 1]
+	end
+end
+if ARGV[2] == '' then
+	push(redis.call('ZRANGE', KEYS[1], '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, limit, 'WITHSCORES'))
+	return out
+end
+local at, member = ARGV[2], ARGV[3]
+local score = redis.call('ZSCORE', KEYS[1], member)
+if score and tonumber(score) == tonumber(at) then
+	local rank = redis.call('ZREVRANK', KEYS[1], member)
+	push(redis.call('ZRANGE', KEYS[1], rank + 1, rank + limit, 'REV', 'WITHSCORES'))
+	return out
+end
+-- before(a, b) is the member order of Redis: bytewise, shorter first.
+local function before(a, b)
+	for i = 1, math.min(#a, #b) do
+		local x, y = string.byte(a, i), string.byte(b, i)
+		if x ~= y then
+			return x < y
+		end
+	end
+	return #a < #b
+end
+local ties = redis.call('ZRANGE', KEYS[1], at, at, 'BYSCORE', 'REV', 'WITHSCORES')
+for i = 1, #ties, 2 do
+	if before(ties[i], member) then
+		push({ties[i], ties[i + 1]})
+	end
+end
+local left = limit - (#out - 1) / 2
+if left > 0 then
+	push(redis.call('ZRANGE', KEYS[1], '(' .. at, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, left, 'WITHSCORES'))
+end
+return out
+`)
+
+// Follow implements warble.FollowService.
+//
+// The steps cross hash slots and are ordered so that each may be retried:
+// (1) the follower's following set, with the limit; (2) the followee's
+// followers set, made to mirror (1); (3) the followee's recent posts copied
+// into the follower's home timeline; (4) a RESYNC to the follower's live home
+// timeline. Steps 2 to 4 run even when (1) finds the follow made already, so
+// that calling Follow again repairs a follow that a crash cut short.
+func (s *FollowService) Follow(ctx context.Context, followerID, followeeID string) error {
+	if err := s.checkPair(ctx, followerID, followeeID, errFollowSelf); err != nil {
+		return err
+	}
+	res, err := followScript.Run(ctx, s.db.client, []string{followingKey(followerID)},
+		followeeID, msString(s.db.now()), s.db.opts.MaxFollowing).Slice()
+	if err != nil {
+		return fmt.Errorf("follow %s -> %s: %w", followerID, followeeID, err)
+	}
+	status, _ := res[0].(int64)
+	if status < 0 {
+		return warble.Errorf(warble.EINVALID,
+			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
+	}
+	if err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1])); err != nil {
+		return err
+	}
+	added, newest, err := s.backfill(ctx, followerID, followeeID)
+	if err != nil {
+		return err
+	}
+	if status == 1 || added > 0 {
+		s.publishResync(ctx, followerID, newest)
+	}
+	return nil
+}
+
+// Unfollow implements warble.FollowService. It undoes Follow's steps in
+// reverse: the following set first, so that fan-out stops delivering the
+// followee's new posts, then the followers set, then the followee's posts
+// in the home timeline, then a RESYNC.
+func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID string) error {
+	if err := s.checkPair(ctx, followerID, followeeID,
+		warble.Errorf(warble.EINVALID, "You cannot unfollow yourself.")); err != nil {
+		return err
+	}
+	removedFollow, err := s.db.client.ZRem(ctx, followingKey(followerID), followeeID).Result()
+	if err != nil {
+		return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
+	}
+	if err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
+		return err
+	}
+	removedPosts, err := s.unbackfill(ctx, followerID, followeeID)
+	if err != nil {
+		return err
+	}
+	if removedFollow > 0 || removedPosts > 0 {
+		newest, err := s.newestInHome(ctx, followerID)
+		if err != nil {
+			return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
+		}
+		s.publishResync(ctx, followerID, newest)
+	}
+	return nil
+}
+
+// checkPair returns the error for a follow or unfollow of followeeID by
+// followerID that cannot be made: malformed ids, oneself (selfErr), or a
+// user who does not exist.
+func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID string, selfErr error) error {
+	if !warble.ValidUserID(followerID) || !warble.ValidUserID(followeeID) {
+		return errBadUserID
+	}
+	if followerID == followeeID {
+		return selfErr
+	}
+	n, err := s.db.client.Exists(ctx, userKey(followeeID)).Result()
+	if err != nil {
+		return fmt.Errorf("follow %s -> %s: find followee: %w", followerID, followeeID, err)
+	} else if n == 0 {
+		return errNoUser
+	}
+	return nil
+}
+
+// mirrorFollow makes the followee's followers set agree with the follower's
+// following set, the truth, which the caller last saw as (following, at).
+// It writes the mirror, then reads the truth again, and goes on until the
+// truth it wrote is still the truth after the write. Whichever writer of a
+// pair's mirror writes last therefore writes the final truth, however
+// follows and unfollows of the pair interleave.
+//
+// The write and the read are separate round trips on purpose: on Redis
+// Cluster the two keys are on different nodes, and a pipeline would not keep
+// the read after the write.
+func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at string) error {
+	for {
+		var err error
+		if following {
+			err = s.db.client.ZAdd(ctx, followersKey(followeeID), redis.Z{Score: parseReplyScore(at), Member: followerID}).Err()
+		} else {
+			err = s.db.client.ZRem(ctx, followersKey(followeeID), followerID).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("follow %s -> %s: update followers: %w", followerID, followeeID, err)
+		}
+		score, err := s.db.client.ZScore(ctx, followingKey(followerID), followeeID).Result()
+		nowFollowing := err == nil
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("follow %s -> %s: check following: %w", followerID, followeeID, err)
+		}
+		nowAt := ""
+		if nowFollowing {
+			nowAt = strconv.FormatFloat(score, 'f', -1, 64)
+		}
+		if nowFollowing == following && (!following || parseReplyScore(nowAt) == parseReplyScore(at)) {
+			return nil
+		}
+		following, at = nowFollowing, nowAt
+	}
+}
+
+// backfill copies the followee's newest posts, up to the home timeline cap,
+// into the follower's home timeline. It returns how many were added and the
+// newest seq the home timeline then holds.
+func (s *FollowService) backfill(ctx context.Context, followerID, followeeID string) (added, newest int64, err error) {
+	posts, err := s.db.client.ZRevRangeWithScores(ctx, postsKey(followeeID), 0, int64(s.db.opts.HomeCap-1)).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("follow %s -> %s: read posts: %w", followerID, followeeID, err)
+	}
+	args := make([]any, 0, 2+2*len(posts))
+	args = append(args, followeeID, s.db.opts.HomeCap)
+	for _, p := range posts {
+		args = append(args, strconv.FormatFloat(p.Score, 'f', -1, 64), p.Member)
+	}
+	res, err := backfillScript.Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)}, args...).Slice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("follow %s -> %s: copy posts to home timeline: %w", followerID, followeeID, err)
+	}
+	added, _ = res[0].(int64)
+	return added, int64(parseReplyScore(replyString(res[1]))), nil
+}
+
+// unbackfill removes the followee's posts from the follower's home timeline:
+// those of the followee's posts that are not older than the timeline's
+// oldest entry, in chunks. It returns how many were removed.
+func (s *FollowService) unbackfill(ctx context.Context, followerID, followeeID string) (int64, error) {
+	oldest, err := s.db.client.ZRangeWithScores(ctx, homeKey(followerID), 0, 0).Result()
+	if err != nil {
+		return 0, fmt.Errorf("unfollow %s -> %s: read home timeline: %w", followerID, followeeID, err)
+	} else if len(oldest) == 0 {
+		return 0, nil
+	}
+	keys := []string{homeKey(followerID), followingKey(followerID)}
+	min := strconv.FormatFloat(oldest[0].Score, 'f', -1, 64)
+	var removed int64
+	for {
+		posts, err := s.db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: postsKey(followeeID), Start: min, Stop: "+inf", ByScore: true, Count: followChunk,
+		}).Result()
+		if err != nil {
+			return removed, fmt.Errorf("unfollow %s -> %s: read posts: %w", followerID, followeeID, err)
+		}
+		if len(posts) == 0 {
+			return removed, nil
+		}
+		args := make([]any, 0, 1+len(posts))
+		args = append(args, followeeID)
+		for _, p := range posts {
+			args = append(args, p.Member)
+		}
+		n, err := unbackfillScript.Run(ctx, s.db.client, keys, args...).Int64()
+		if err != nil {
+			return removed, fmt.Errorf("unfollow %s -> %s: remove posts from home timeline: %w", followerID, followeeID, err)
+		} else if n < 0 {
+			return removed, nil // followed again meanwhile; that follow's backfill stands
+		}
+		removed += n
+		if len(posts) < followChunk {
+			return removed, nil
+		}
+		// Post seqs are unique, so the next chunk starts exactly after
+		// the last post read.
+		min = "(" + strconv.FormatFloat(posts[len(posts)-1].Score, 'f', -1, 64)
+	}
+}
+
+// newestInHome returns the newest seq in userID's home timeline, 0 if empty.
+func (s *FollowService) newestInHome(ctx context.Context, userID string) (int64, error) {
+	top, err := s.db.client.ZRevRangeWithScores(ctx, homeKey(userID), 0, 0).Result()
+	if err != nil || len(top) == 0 {
+		return 0, err
+	}
+	return int64(top[0].Score), nil
+}
+
+// publishResync tells the follower's live home timelines that a follow or
+// unfollow rewrote it. Pub/sub is at most once anyway, so a failure is
+// logged, not returned: the follow itself is done.
+func (s *FollowService) publishResync(ctx context.Context, userID string, newest int64) {
+	if err := s.db.client.Publish(ctx, homeChannel(userID), encodeResync(newest)).Err(); err != nil {
+		s.db.log.WarnContext(ctx, "publish home timeline resync", "user", userID, "err", err)
+	}
+}
+
+// IsFollowing implements warble.FollowService.
+func (s *FollowService) IsFollowing(ctx context.Context, followerID, followeeID string) (bool, error) {
+	if !warble.ValidUserID(followerID) || !warble.ValidUserID(followeeID) {
+		return false, nil
+	}
+	err := s.db.client.ZScore(ctx, followingKey(followerID), followeeID).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("is %s following %s: %w", followerID, followeeID, err)
+	}
+	return true, nil
+}
+
+// FindFollowers implements warble.FollowService.
+func (s *FollowService) FindFollowers(ctx context.Context, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
+	return s.findFollows(ctx, "followers of "+userID, userID, followersKey(userID), page)
+}
+
+// FindFollowing implements warble.FollowService.
+func (s *FollowService) FindFollowing(ctx context.Context, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
+	return s.findFollows(ctx, "following of "+userID, userID, followingKey(userID), page)
+}
+
+// findFollows reads a page of one follow set: one script call for the
+// entries and the set's size, then one batch for the users.
+func (s *FollowService) findFollows(ctx context.Context, what, userID, key string, page warble.PageArgs) (*warble.UserConnection, error) {
+	if err := page.Validate(warble.MaxPageSize); err != nil {
+		return nil, err
+	}
+	var pos followPos
+	if page.After != nil {
+		ms, member, err := warble.ParseFollowCursor(*page.After)
+		if err != nil {
+			return nil, err
+		}
+		pos = followPos{at: ms, member: member, set: true}
+	}
+	if !warble.ValidUserID(userID) {
+		return nil, errNoUser
+	}
+	total, entries, err := s.readFollows(ctx, s.db.client, key, pos, page.First+1)
+	if err != nil {
+		return nil, fmt.Errorf("find %s: %w", what, err)
+	}
+	matches := make([]followMatch, len(entries))
+	for i, e := range entries {
+		matches[i] = followMatch{followEntry: e, followedAt: e.at}
+	}
+	conn, err := s.connection(ctx, matches, page.First, func(e followEntry) string {
+		return warble.FollowCursor(time.UnixMilli(e.at), e.member)
+	})
+	if err != nil {
+		return nil, err
+	}
+	conn.Total = int(total)
+	return conn, nil
+}
+
+// followPos is a keyset position in a follow set; the zero value is the start.
+type followPos struct {
+	at     int64 // followed-at, unix ms
+	member string
+	set    bool
+}
+
+// followEntry is one member of a follow set and its score.
+type followEntry struct {
+	member string
+	at     int64
+}
+
+// followMatch is an entry of a walked set that belongs in a connection, with
+// the followed-at its edge shows.
+type followMatch struct {
+	followEntry
+	followedAt int64
+}
+
+// readFollows runs followPageScript on key after pos for up to limit
+// entries, through c (a client or a pipeline: then only after Exec).
+func (s *FollowService) readFollows(ctx context.Context, c redis.Scripter, key string, pos followPos, limit int) (int64, []followEntry, error) {
+	return parseFollowPage(s.followPageCmd(ctx, c, key, pos, limit))
+}
+
+func (s *FollowService) followPageCmd(ctx context.Context, c redis.Scripter, key string, pos followPos, limit int) *redis.Cmd {
+	at, member := "", ""
+	if pos.set {
+		at, member = strconv.FormatInt(pos.at, 10), pos.member
+	}
+	return followPageScript.Run(ctx, c, []string{key}, limit, at, member)
+}
+
+// parseFollowPage decodes the answer of followPageScript.
+func parseFollowPage(cmd *redis.Cmd) (int64, []followEntry, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(res) == 0 || len(res)%2 != 1 {
+		return 0, nil, fmt.Errorf("follow page: unexpected answer of %d elements", len(res))
+	}
+	total, _ := res[0].(int64)
+	entries := make([]followEntry, 0, (len(res)-1)/2)
+	for i := 1; i+1 < len(res); i += 2 {
+		entries = append(entries, followEntry{member: replyString(res[i]), at: int64(parseReplyScore(replyString(res[i+1])))})
+	}
+	return total, entries, nil
+}
+
+// connection turns up to first+1 matches into a page of users, reading the
+// users in one batch.
+func (s *FollowService) connection(ctx context.Context, matches []followMatch, first int, cursor func(followEntry) string) (*warble.UserConnection, error) {
+	conn := &warble.UserConnection{Edges: []*warble.UserEdge{}}
+	if len(matches) > first {
+		conn.PageInfo.HasNextPage = true
+		matches = matches[:first]
+	}
+	ids := make([]string, len(matches))
+	for i, m := range matches {
+		ids[i] = m.member
+	}
+	users, err := s.db.findUsers(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range matches {
+		c := cursor(m.followEntry)
+		// The cursor moves past every entry read, even one whose user is
+		// missing, so that the next page starts after it.
+		conn.PageInfo.EndCursor = &c
+		if users[i] == nil {
+			continue
+		}
+		at := time.UnixMilli(m.followedAt).UTC()
+		conn.Edges = append(conn.Edges, &warble.UserEdge{Cursor: c, Node: users[i], FollowedAt: &at})
+	}
+	return conn, nil
+}
+
+// FindCommonFollowers implements warble.FollowService: the users who follow
+// both viewerID and userID. An edge's followedAt is when its user followed
+// userID.
+func (s *FollowService) FindCommonFollowers(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
+	return s.findCommon(ctx, "common followers", viewerID, userID, followersKey(userID), followersKey(viewerID), page)
+}
+
+// FindCommonFollowing implements warble.FollowService: the users whom both
+// viewerID and userID follow. An edge's followedAt is when userID followed
+// its user.
+func (s *FollowService) FindCommonFollowing(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
+	return s.findCommon(ctx, "common following", viewerID, userID, followingKey(userID), followingKey(viewerID), page)
+}
+
+// FindFollowersYouFollow implements warble.FollowService: userID's followers
+// whom viewerID follows. An edge's followedAt is when its user followed
+// userID.
+func (s *FollowService) FindFollowersYouFollow(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
+	return s.findCommon(ctx, "followers you follow", viewerID, userID, followersKey(userID), followingKey(viewerID), page)
+}
+
+// Sides of an intersection: which of the two sets a common cursor walks.
+const (
+	sideUser   = 'u' // the set of the user whose profile is shown
+	sideViewer = 'v' // the viewer's set
+)
+
+// findCommon reads a page of the intersection of userSet, whose scores the
+// edges show, and viewerSet. The two sets may be in different hash slots,
+// so it cannot use ZINTER. Instead it walks the smaller set newest first,
+// in chunks, and asks the other set about each chunk with ZMSCORE; each
+// round trip carries the ZMSCORE of one chunk and the read of the next. The
+// cursor names the set walked, so that later pages walk the same one.
+func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID, userSet, viewerSet string, page warble.PageArgs) (*warble.UserConnection, error) {
+	if err := page.Validate(warble.MaxPageSize); err != nil {
+		return nil, err
+	}
+	var side byte
+	var pos followPos
+	if page.After != nil {
+		var err error
+		if side, pos, err = parseCommonCursor(*page.After); err != nil {
+			return nil, err
+		}
+	}
+	if viewerID == "" || !warble.ValidUserID(viewerID) || !warble.ValidUserID(userID) {
+		return &warble.UserConnection{Edges: []*warble.UserEdge{}}, nil
+	}
+	what = fmt.Sprintf("find %s of %s and %s", what, viewerID, userID)
+	if side == 0 {
+		var err error
+		if side, err = s.smallerSide(ctx, userSet, viewerSet); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	walked, probed := userSet, viewerSet
+	if side == sideViewer {
+		walked, probed = viewerSet, userSet
+	}
+
+	want := page.First + 1
+	var matches []followMatch
+	err := s.walkIntersection(ctx, walked, probed, pos, func(e followEntry, probedAt int64) bool {
+		m := followMatch{followEntry: e, followedAt: e.at}
+		if side == sideViewer {
+			m.followedAt = probedAt
+		}
+		matches = append(matches, m)
+		return len(matches) < want
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	conn, err := s.connection(ctx, matches, page.First, func(e followEntry) string {
+		return formatCommonCursor(side, e.at, e.member)
+	})
+	if err != nil {
+		return nil, err
+	}
+	conn.Count = func(ctx context.Context) (int, error) {
+		n, err := s.countIntersection(ctx, userSet, viewerSet)
+		if err != nil {
+			return 0, fmt.Errorf("count %s: %w", what, err)
+		}
+		return n, nil
+	}
+	return conn, nil
+}
+
+// smallerSide returns which of the two sets has fewer members.
+func (s *FollowService) smallerSide(ctx context.Context, userSet, viewerSet string) (byte, error) {
+	pipe := s.db.client.Pipeline()
+	u := pipe.ZCard(ctx, userSet)
+	v := pipe.ZCard(ctx, viewerSet)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	if v.Val() < u.Val() {
+		return sideViewer, nil
+	}
+	return sideUser, nil
+}
+
+// walkIntersection walks walked newest first from after pos and calls match
+// for each entry that probed also holds, with its score there, until match
+// returns false or walked ends.
+func (s *FollowService) walkIntersection(ctx context.Context, walked, probed string, pos followPos, match func(e followEntry, probedAt int64) bool) error {
+	_, chunk, err := s.readFollows(ctx, s.db.client, walked, pos, followChunk)
+	if err != nil {
+		return err
+	}
+	for len(chunk) > 0 {
+		members := make([]string, len(chunk))
+		for i, e := range chunk {
+			members[i] = e.member
+		}
+		last := chunk[len(chunk)-1]
+		var scoresCmd, nextCmd *redis.Cmd
+		err := s.withScripts(ctx, func(pipe redis.Pipeliner) {
+			scoresCmd = zmscore(ctx, pipe, probed, members)
+			if len(chunk) == followChunk {
+				nextCmd = s.followPageCmd(ctx, pipe, walked, followPos{at: last.at, member: last.member, set: true}, followChunk)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		scores, err := parseScores(scoresCmd, len(chunk))
+		if err != nil {
+			return err
+		}
+		for i, at := range scores {
+			if at >= 0 && !match(chunk[i], at) {
+				return nil
+			}
+		}
+		if nextCmd == nil {
+			return nil
+		}
+		if _, chunk, err = parseFollowPage(nextCmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countIntersection counts the members two sets share by walking the smaller
+// in chunks of ranks and asking the other about each chunk with ZMSCORE, the
+// next chunk's read riding in the same round trip. Members that move while
+// it walks may be counted once too often or not at all; it is a count for
+// display.
+func (s *FollowService) countIntersection(ctx context.Context, a, b string) (int, error) {
+	walked, probed := a, b
+	if side, err := s.smallerSide(ctx, a, b); err != nil {
+		return 0, err
+	} else if side == sideViewer {
+		walked, probed = b, a
+	}
+	chunk, err := s.db.client.ZRange(ctx, walked, 0, followChunk-1).Result()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for start := int64(followChunk); len(chunk) > 0; start += followChunk {
+		pipe := s.db.client.Pipeline()
+		scoresCmd := zmscore(ctx, pipe, probed, chunk)
+		var next *redis.StringSliceCmd
+		if len(chunk) == followChunk {
+			next = pipe.ZRange(ctx, walked, start, start+followChunk-1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+		scores, err := parseScores(scoresCmd, len(chunk))
+		if err != nil {
+			return 0, err
+		}
+		for _, at := range scores {
+			if at >= 0 {
+				n++
+			}
+		}
+		if next == nil {
+			break
+		}
+		chunk = next.Val()
+	}
+	return n, nil
+}
+
+// withScripts runs the commands fill queues as one pipeline. Scripts in a
+// pipeline go as EVALSHA, and a NOSCRIPT answer (after a SCRIPT FLUSH or on
+// a fresh server) cannot be retried command by command, so then the scripts
+// are loaded and the whole read is run again; it only reads.
+func (s *FollowService) withScripts(ctx context.Context, fill func(redis.Pipeliner)) error {
+	for attempt := 0; ; attempt++ {
+		pipe := s.db.client.Pipeline()
+		fill(pipe)
+		_, err := pipe.Exec(ctx)
+		if err == nil || attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return err
+		}
+		if err := followPageScript.Load(ctx, s.db.client).Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// A common cursor is the position of an entry in the set an intersection
+// walks, and which set that is: "c", the side letter, followed-at ms, ":"
+// and the member, base64url-encoded like the domain's cursors.
+const commonCursorKind = "c"
+
+// formatCommonCursor returns the cursor of the entry (at, member) in the set
+// of the given side.
+func formatCommonCursor(side byte, at int64, member string) string {
+	raw := commonCursorKind + string(side) + strconv.FormatInt(at, 10) + ":" + member
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// parseCommonCursor returns the side and position a common cursor encodes,
+// or EINVALID.
+func parseCommonCursor(cursor string) (side byte, pos followPos, err error) {
+	bad := warble.Errorf(warble.EINVALID, "The cursor is not valid.")
+	if len(cursor) > 64 {
+		return 0, pos, bad
+	}
+	b, derr := base64.RawURLEncoding.DecodeString(cursor)
+	raw := string(b)
+	if derr != nil || len(raw) < 2 || !strings.HasPrefix(raw, commonCursorKind) {
+		return 0, pos, bad
+	}
+	side = raw[1]
+	msText, member, found := strings.Cut(raw[2:], ":")
+	ms, perr := strconv.ParseInt(msText, 10, 64)
+	if (side != sideUser && side != sideViewer) || !found || perr != nil || ms < 0 ||
+		strconv.FormatInt(ms, 10) != msText || !warble.ValidUserID(member) {
+		return 0, pos, bad
+	}
+	return side, followPos{at: ms, member: member, set: true}, nil
+}
+
+// zmscore queues ZMSCORE of members in key. It is sent as a plain command,
+// not go-redis's ZMScore, which reads a missing member as the score 0.
+func zmscore(ctx context.Context, pipe redis.Pipeliner, key string, members []string) *redis.Cmd {
+	args := make([]any, 0, 2+len(members))
+	args = append(args, "zmscore", key)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	return pipe.Do(ctx, args...)
+}
+
+// parseScores reads the answer of zmscore for n members: each score as an
+// integer, -1 for a member the set does not hold.
+func parseScores(cmd *redis.Cmd, n int) ([]int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	} else if len(res) != n {
+		return nil, fmt.Errorf("zmscore: %d scores for %d members", len(res), n)
+	}
+	scores := make([]int64, n)
+	for i, v := range res {
+		switch v := v.(type) {
+		case nil:
+			scores[i] = -1
+		case float64: // RESP3
+			scores[i] = int64(v)
+		case string: // RESP2
+			scores[i] = int64(parseReplyScore(v))
+		default:
+			return nil, fmt.Errorf("zmscore: unexpected score %T", v)
+		}
+	}
+	return scores, nil
+}
+
+// replyString returns a script answer element as a string.
+func replyString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
+
+// parseReplyScore reads a score as Redis prints it; "" and garbage give 0.
+func parseReplyScore(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
