@@ -1,0 +1,372 @@
+package redisdb
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// PostService implements warble.PostService.
+//
+// A post is a hash in its author's hash slot, and its id sits in sorted sets
+// scored by its seq: the author's posts and home timeline (one atomic step,
+// so the author reads their own write at once), the global timeline, and the
+// followers' home timelines (fan-out, one follower at a time).
+type PostService struct{ db *DB }
+
+// NewPostService returns a PostService over db.
+func NewPostService(db *DB) *PostService { return &PostService{db: db} }
+
+var _ warble.PostService = (*PostService)(nil)
+
+// fanOutChunk is how many followers one round trip of fan-out (or of its
+// undoing on delete) reads and delivers to.
+const fanOutChunk = 1000
+
+var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
+
+// createPostScript stores a post and puts it on its author's own timelines,
+// then announces it there. The author's keys share a slot, so this is one
+// atomic step and the author never sees a half-written post.
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:u:{<author>}:posts
+// KEYS[3] -> w:u:{<author>}:home
+// ARGV[1] -> post seq
+// ARGV[2] -> post id
+// ARGV[3] -> body
+// ARGV[4] -> created-at, unix ms
+// ARGV[5] -> home timeline cap
+// ARGV[6] -> the author's user channel
+// ARGV[7] -> the author's home channel
+// ARGV[8] -> the added message for both channels
+//
+// Returns 1.
+var createPostScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
+redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[5]) + 1))
+redis.call('PUBLISH', ARGV[6], ARGV[8])
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+return 1
+`)
+
+// deliverScript adds a post to a follower's home timeline, trims it to its
+// cap and announces it, if the follower still follows the author: an
+// unfollow that ran while the fan-out was walking the followers has removed
+// the author's posts from the timeline already, and must not get one back.
+// A post that the timeline holds already (a repeated delivery) is not
+// announced again.
+//
+// KEYS[1] -> w:u:{<follower>}:home
+// KEYS[2] -> w:u:{<follower>}:following
+// ARGV[1] -> post seq
+// ARGV[2] -> post id
+// ARGV[3] -> author id
+// ARGV[4] -> home timeline cap
+// ARGV[5] -> the follower's home channel
+// ARGV[6] -> the added message
+//
+// Returns 1 if the post was added, 0 if it was there already, -1 if the
+// follower does not follow the author.
+var deliverScript = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
+	return -1
+end
+if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+	return 0
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[4]) + 1))
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+return 1
+`)
+
+// deletePostScript deletes a post and takes it off its author's own
+// timelines, then announces the removal there. Deleting a deleted post
+// changes nothing.
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:u:{<author>}:posts
+// KEYS[3] -> w:u:{<author>}:home
+// ARGV[1] -> post id
+// ARGV[2] -> the author's user channel
+// ARGV[3] -> the author's home channel
+// ARGV[4] -> the removed message for both channels
+//
+// Returns 1 if the post was deleted, 0 if there was no such post.
+var deletePostScript = redis.NewScript(`
+if redis.call('DEL', KEYS[1]) == 0 then
+	return 0
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[4])
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+	redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
+return 1
+`)
+
+// undeliverScript takes a post off one timeline (the global timeline or a
+// follower's home timeline) and announces the removal only if the timeline
+// held it, so that subscribers hear of removals they can see.
+//
+// KEYS[1] -> a timeline: w:global or w:u:{<follower>}:home
+// ARGV[1] -> post id
+// ARGV[2] -> the timeline's channel
+// ARGV[3] -> the removed message
+//
+// Returns 1 if the post was removed, 0 if the timeline did not hold it.
+var undeliverScript = redis.NewScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+	return 0
+end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 1
+`)
+
+// CreatePost implements warble.PostService. The steps after the author's own
+// timelines cross hash slots; a failure there is logged rather than
+// returned, because the post exists by then and a client that retried would
+// write it twice. Fan-out runs to its end even if ctx is cancelled.
+func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
+	if !warble.ValidUserID(authorID) {
+		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
+	}
+	seq, err := s.db.client.Incr(ctx, postSeqKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
+	}
+	seqText := strconv.FormatInt(seq, 10)
+	id := authorID + ":" + seqText
+	createdAt := s.db.now()
+	added := encodeAdded(seq, id)
+	err = createPostScript.Run(ctx, s.db.client,
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID)},
+		seqText, id, body, msString(createdAt), s.db.opts.HomeCap,
+		userChannel(authorID), homeChannel(authorID), added).Err()
+	if err != nil {
+		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
+	}
+
+	// The author has the post; the rest must not be cut short by a client
+	// that hangs up now.
+	ctx = context.WithoutCancel(ctx)
+	_, err = s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
+		pipe.ZRemRangeByRank(ctx, globalKey, 0, -int64(s.db.opts.GlobalCap+1))
+		pipe.Publish(ctx, globalChannel, added)
+		return nil
+	})
+	if err != nil {
+		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", err)
+	}
+	if err := s.db.fanOut(ctx, authorID, seq, id); err != nil {
+		s.db.log.ErrorContext(ctx, "fan out post", "post", id, "err", err)
+	}
+
+	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
+	if p.Author, err = s.db.findUser(ctx, authorID); err != nil && warble.ErrorCode(err) != warble.ENOTFOUND {
+		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
+	}
+	return p, nil
+}
+
+// fanOut delivers a post to the home timelines of its author's followers,
+// a chunk of followers per round trip. It is self-contained (it needs only
+// the post's id, seq and author) so that it can move into a background
+// worker. Delivery is idempotent: running it again for the same post
+// neither duplicates the post nor announces it twice.
+func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string) error {
+	seqText := strconv.FormatInt(seq, 10)
+	added := encodeAdded(seq, postID)
+	return db.eachFollowerChunk(ctx, authorID, func(followers []string) error {
+		return runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+			for _, f := range followers {
+				deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
+					seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added)
+			}
+		})
+	})
+}
+
+// unFanOut takes a deleted post off its author's followers' home timelines.
+func (db *DB) unFanOut(ctx context.Context, authorID string, seq int64, postID string) error {
+	removed := encodeRemoved(seq, postID)
+	return db.eachFollowerChunk(ctx, authorID, func(followers []string) error {
+		return runScripts(ctx, db.client, undeliverScript, func(pipe redis.Pipeliner) {
+			for _, f := range followers {
+				undeliverScript.EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
+			}
+		})
+	})
+}
+
+// eachFollowerChunk calls fn with the followers of authorID, oldest follow
+// first, up to fanOutChunk at a time.
+//
+// The walk goes by score (follow time), not by rank: an unfollow during the
+// walk would shift every later rank down and make a rank walk skip a
+// follower. A new follow has the newest score, so it lands at the end, and
+// its backfill copies the post anyway. Followers tied on the last score read
+// are skipped by offset; a tie that an unfollow shifts can at worst deliver
+// twice, which delivery ignores.
+func (db *DB) eachFollowerChunk(ctx context.Context, authorID string, fn func(followers []string) error) error {
+	min, tied := "-inf", int64(0)
+	for {
+		chunk, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: followersKey(authorID), Start: min, Stop: "+inf", ByScore: true,
+			Offset: tied, Count: fanOutChunk,
+		}).Result()
+		if err != nil {
+			return fmt.Errorf("read followers of %s: %w", authorID, err)
+		}
+		if len(chunk) == 0 {
+			return nil
+		}
+		followers := make([]string, len(chunk))
+		for i, z := range chunk {
+			followers[i], _ = z.Member.(string)
+		}
+		if err := fn(followers); err != nil {
+			return err
+		}
+		if len(chunk) < fanOutChunk {
+			return nil
+		}
+		last := chunk[len(chunk)-1].Score
+		n := int64(0)
+		for _, z := range chunk {
+			if z.Score == last {
+				n++
+			}
+		}
+		if text := formatScore(last); text == min {
+			tied += n // the whole chunk shares the score of the one before
+		} else {
+			min, tied = text, n
+		}
+	}
+}
+
+// scriptLoads remembers which scripts this process has loaded, so that
+// pipelines can send EVALSHA without a failed first round trip.
+var scriptLoads sync.Map // *redis.Script -> struct{}
+
+// runScripts runs the commands fill queues, EVALSHAs of script, as one
+// pipeline. The script is loaded at its first use; when Redis answers
+// NOSCRIPT anyway (a SCRIPT FLUSH, a restart or a failover since), it is
+// loaded again and the whole pipeline runs once more, which is why the
+// scripts that runScripts runs must be idempotent.
+func runScripts(ctx context.Context, c redis.UniversalClient, script *redis.Script, fill func(redis.Pipeliner)) error {
+	if _, ok := scriptLoads.Load(script); !ok {
+		if err := script.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+		scriptLoads.Store(script, struct{}{})
+	}
+	for attempt := 0; ; attempt++ {
+		cmds, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			fill(pipe)
+			return nil
+		})
+		noScript := false
+		for _, cmd := range cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				noScript = true
+			}
+		}
+		if !noScript || attempt > 0 {
+			return err
+		}
+		if err := script.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// DeletePost implements warble.PostService. The author's own timelines lose
+// the post in one atomic step; the global timeline and the followers' home
+// timelines follow, and a failure there is logged rather than returned: the
+// post is gone by then, and timeline reads skip ids whose post is gone.
+func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) error {
+	owner, seqText, ok := splitPostID(postID)
+	if !ok {
+		return errPostNotFound
+	}
+	if owner != authorID {
+		n, err := s.db.client.Exists(ctx, postKey(owner, seqText)).Result()
+		if err != nil {
+			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
+		} else if n == 0 {
+			return errPostNotFound
+		}
+		return warble.Errorf(warble.EFORBIDDEN, "You can only delete your own posts.")
+	}
+	seq, _ := strconv.ParseInt(seqText, 10, 64)
+	removed := encodeRemoved(seq, postID)
+	n, err := deletePostScript.Run(ctx, s.db.client,
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID)},
+		postID, userChannel(authorID), homeChannel(authorID), removed).Int64()
+	if err != nil {
+		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
+	} else if n == 0 {
+		return errPostNotFound
+	}
+
+	ctx = context.WithoutCancel(ctx)
+	err = runScripts(ctx, s.db.client, undeliverScript, func(pipe redis.Pipeliner) {
+		undeliverScript.EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, removed)
+	})
+	if err != nil {
+		s.db.log.ErrorContext(ctx, "remove post from global timeline", "post", postID, "err", err)
+	}
+	if err := s.db.unFanOut(ctx, authorID, seq, postID); err != nil {
+		s.db.log.ErrorContext(ctx, "remove post from followers' timelines", "post", postID, "err", err)
+	}
+	return nil
+}
+
+// FindPostByID implements warble.PostService.
+func (s *PostService) FindPostByID(ctx context.Context, id string) (*warble.Post, error) {
+	seq, ok := postSeq(id)
+	if !ok {
+		return nil, errPostNotFound
+	}
+	posts, err := s.db.loadPosts(ctx, []feedEntry{{postID: id, seq: seq}})
+	if err != nil {
+		return nil, fmt.Errorf("find post %s: %w", id, err)
+	} else if len(posts) == 0 {
+		return nil, errPostNotFound
+	}
+	return posts[0], nil
+}
+
+// splitPostID returns the author id and the seq of a well-formed post id.
+func splitPostID(id string) (authorID, seq string, ok bool) {
+	if !warble.IsPostID(id) {
+		return "", "", false
+	}
+	authorID, seq, _ = strings.Cut(id, ":")
+	return authorID, seq, true
+}
+
+// postSeq returns the seq of a well-formed post id.
+func postSeq(id string) (int64, bool) {
+	_, seqText, ok := splitPostID(id)
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseInt(seqText, 10, 64)
+	return seq, err == nil
+}
+
+// formatScore prints a sorted set score as Redis takes it back: timeline
+// scores and follow times are integers below 2^53, which print exactly.
+func formatScore(score float64) string { return strconv.FormatFloat(score, 'f', -1, 64) }

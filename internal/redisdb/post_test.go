@@ -1,0 +1,286 @@
+package redisdb
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// mustCreatePost creates a post by authorID and returns it.
+func mustCreatePost(tb testing.TB, db *DB, authorID, body string) *warble.Post {
+	tb.Helper()
+	p, err := NewPostService(db).CreatePost(context.Background(), authorID, body)
+	if err != nil {
+		tb.Fatalf("CreatePost(%s, %q): %v", authorID, body, err)
+	}
+	return p
+}
+
+// zsetIDs returns the members of a timeline, oldest first.
+func zsetIDs(tb testing.TB, db *DB, key string) []string {
+	tb.Helper()
+	ids, err := db.client.ZRange(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}
+
+func TestCreatePost(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	cat := mustSignup(t, db, "cat")
+	mustFollow(t, db, bob.ID, ada.ID)
+
+	p := mustCreatePost(t, db, ada.ID, "hello, world")
+	if p.AuthorID != ada.ID || p.Body != "hello, world" || p.Seq <= 0 {
+		t.Fatalf("CreatePost = %+v", p)
+	}
+	if want := ada.ID + ":" + strconv.FormatInt(p.Seq, 10); p.ID != want {
+		t.Errorf("post id = %q, want %q", p.ID, want)
+	}
+	if p.Author == nil || p.Author.ID != ada.ID || p.Author.PostsCount != 1 {
+		t.Errorf("post author = %+v, want ada with 1 post", p.Author)
+	}
+	if p.CreatedAt.IsZero() {
+		t.Error("CreatedAt is zero")
+	}
+
+	for _, tt := range []struct {
+		name string
+		key  string
+		want bool
+	}{
+		{"AuthorPosts", postsKey(ada.ID), true},
+		{"AuthorHome", homeKey(ada.ID), true},
+		{"Global", globalKey, true},
+		{"FollowerHome", homeKey(bob.ID), true},
+		{"NonFollowerHome", homeKey(cat.ID), false},
+	} {
+		if got := slices.Contains(zsetIDs(t, db, tt.key), p.ID); got != tt.want {
+			t.Errorf("%s: %s holds post = %v, want %v", tt.name, tt.key, got, tt.want)
+		}
+	}
+
+	got, err := NewPostService(db).FindPostByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Body != p.Body || !got.CreatedAt.Equal(p.CreatedAt) || got.Seq != p.Seq || got.Author == nil || got.Author.Username != "ada" {
+		t.Errorf("FindPostByID = %+v, want %+v with author ada", got, p)
+	}
+}
+
+func TestCreatePostCaps(t *testing.T) {
+	db := newTestDB(t, Options{HomeCap: 5, GlobalCap: 5})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)).ID)
+	}
+	newest := ids[len(ids)-5:]
+	for _, key := range []string{homeKey(ada.ID), homeKey(bob.ID), globalKey} {
+		if got := zsetIDs(t, db, key); !slices.Equal(got, newest) {
+			t.Errorf("%s = %v, want the newest 5 %v", key, got, newest)
+		}
+	}
+	if got := zsetIDs(t, db, postsKey(ada.ID)); !slices.Equal(got, ids) {
+		t.Errorf("posts = %v, want all 12 (never capped)", got)
+	}
+}
+
+func TestDeletePost(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	posts := NewPostService(db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	keep := mustCreatePost(t, db, ada.ID, "keep")
+	gone := mustCreatePost(t, db, ada.ID, "gone")
+
+	if err := posts.DeletePost(ctx, ada.ID, gone.ID); err != nil {
+		t.Fatalf("DeletePost: %v", err)
+	}
+	for _, key := range []string{postsKey(ada.ID), homeKey(ada.ID), homeKey(bob.ID), globalKey} {
+		if got := zsetIDs(t, db, key); !slices.Equal(got, []string{keep.ID}) {
+			t.Errorf("%s = %v, want only %s", key, got, keep.ID)
+		}
+	}
+	if n := db.client.Exists(ctx, postKey(ada.ID, strconv.FormatInt(gone.Seq, 10))).Val(); n != 0 {
+		t.Error("post hash still exists")
+	}
+	if _, err := posts.FindPostByID(ctx, gone.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Errorf("FindPostByID(deleted) err = %v, want ENOTFOUND", err)
+	}
+	u, err := db.findUser(ctx, ada.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PostsCount != 1 {
+		t.Errorf("PostsCount = %d, want 1", u.PostsCount)
+	}
+	if err := posts.DeletePost(ctx, ada.ID, gone.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Errorf("DeletePost twice: err = %v, want ENOTFOUND", err)
+	}
+}
+
+func TestDeletePostRejected(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	posts := NewPostService(db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	p := mustCreatePost(t, db, ada.ID, "mine")
+
+	tests := []struct {
+		name     string
+		userID   string
+		postID   string
+		wantCode string
+	}{
+		{name: "OtherAuthor", userID: bob.ID, postID: p.ID, wantCode: warble.EFORBIDDEN},
+		{name: "OtherAuthorUnknownPost", userID: bob.ID, postID: ada.ID + ":999", wantCode: warble.ENOTFOUND},
+		{name: "UnknownPost", userID: ada.ID, postID: ada.ID + ":999", wantCode: warble.ENOTFOUND},
+		{name: "UserID", userID: ada.ID, postID: ada.ID, wantCode: warble.ENOTFOUND},
+		{name: "Empty", userID: ada.ID, postID: "", wantCode: warble.ENOTFOUND},
+		{name: "Garbage", userID: ada.ID, postID: "x:y", wantCode: warble.ENOTFOUND},
+		{name: "LeadingZero", userID: ada.ID, postID: ada.ID + ":0" + strconv.FormatInt(p.Seq, 10), wantCode: warble.ENOTFOUND},
+		{name: "ExtraColon", userID: ada.ID, postID: p.ID + ":1", wantCode: warble.ENOTFOUND},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := snapshot(t, db)
+			err := posts.DeletePost(ctx, tt.userID, tt.postID)
+			if got := warble.ErrorCode(err); got != tt.wantCode {
+				t.Fatalf("DeletePost(%s, %q) code = %q, want %q (err %v)", tt.userID, tt.postID, got, tt.wantCode, err)
+			}
+			assertUnchanged(t, db, before, "rejected DeletePost")
+		})
+	}
+}
+
+func TestFindPostByIDMalformed(t *testing.T) {
+	db := newTestDB(t, Options{})
+	for _, id := range []string{"", "1", "1:", ":1", "a:1", "1:b", "1:1:1", "01:1"} {
+		if _, err := NewPostService(db).FindPostByID(context.Background(), id); warble.ErrorCode(err) != warble.ENOTFOUND {
+			t.Errorf("FindPostByID(%q) err = %v, want ENOTFOUND", id, err)
+		}
+	}
+}
+
+// TestFanOutSkipsUnfollowed checks the guard of deliverScript: a follower
+// whose unfollow ran while the fan-out walked the followers gets nothing.
+func TestFanOutSkipsUnfollowed(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	p := mustCreatePost(t, db, ada.ID, "hello")
+
+	// bob is in ada's followers set (as if the walk read it) but no
+	// longer follows ada.
+	if err := db.client.ZAdd(ctx, followersKey(ada.ID), redis.Z{Score: 1, Member: bob.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := zsetIDs(t, db, homeKey(bob.ID)); len(got) != 0 {
+		t.Errorf("home of a non-follower = %v, want empty", got)
+	}
+}
+
+// TestFanOutIdempotent checks that delivering a post again neither
+// duplicates it nor announces it twice, and survives a script cache flush.
+func TestFanOutIdempotent(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	p := mustCreatePost(t, db, ada.ID, "hello")
+
+	ps := db.client.Subscribe(ctx, homeChannel(bob.ID))
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID); err != nil {
+		t.Fatalf("fanOut after SCRIPT FLUSH: %v", err)
+	}
+	if got := zsetIDs(t, db, homeKey(bob.ID)); !slices.Equal(got, []string{p.ID}) {
+		t.Errorf("home = %v, want [%s]", got, p.ID)
+	}
+	// A marker published after the repeated delivery must be the first
+	// message: the delivery announced nothing.
+	db.client.Publish(ctx, homeChannel(bob.ID), "marker")
+	msg, err := ps.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Payload != "marker" {
+		t.Errorf("repeated delivery published %q", msg.Payload)
+	}
+}
+
+// TestFanOutManyFollowers crosses several chunks of the followers walk,
+// with many followers tied on the same follow time.
+func TestFanOutManyFollowers(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	const n = 2*fanOutChunk + 17
+	pipe := db.client.Pipeline()
+	for i := range n {
+		id := strconv.Itoa(1000 + i)
+		score := float64(i / 700) // ties across chunk boundaries
+		pipe.ZAdd(ctx, followersKey(ada.ID), redis.Z{Score: score, Member: id})
+		pipe.ZAdd(ctx, followingKey(id), redis.Z{Score: score, Member: ada.ID})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := mustCreatePost(t, db, ada.ID, "to many")
+	pipe = db.client.Pipeline()
+	scores := make([]*redis.FloatCmd, n)
+	for i := range n {
+		scores[i] = pipe.ZScore(ctx, homeKey(strconv.Itoa(1000+i)), p.ID)
+	}
+	pipe.Exec(ctx)
+	missing := 0
+	for _, c := range scores {
+		if c.Err() != nil {
+			missing++
+		}
+	}
+	if missing != 0 {
+		t.Errorf("%d of %d followers did not get the post", missing, n)
+	}
+
+	if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for i := range n {
+		if db.client.ZCard(ctx, homeKey(strconv.Itoa(1000+i))).Val() != 0 {
+			left++
+		}
+	}
+	if left != 0 {
+		t.Errorf("%d followers still hold the deleted post", left)
+	}
+}
