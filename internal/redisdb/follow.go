@@ -127,7 +127,9 @@ return removed
 // orders them, so ties are neither repeated nor skipped. When the entry at
 // the position still exists, the read continues from its rank; when it is
 // gone (an unfollow since), from the entries tied with it that sort below
-// it and then from everything older.
+// it and then from everything older. Only that rare path reads all the
+// entries of one millisecond, which are few unless follows were imported in
+// bulk.
 //
 // KEYS[1] -> a followers or following set
 // ARGV[1] -> how many entries to return

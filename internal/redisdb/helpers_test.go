@@ -2,6 +2,8 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/warble/warble/internal/warble"
@@ -17,8 +19,10 @@ func mustSignup(tb testing.TB, db *DB, username string) *warble.User {
 	return p.User
 }
 
-// snapshot returns every key Redis holds with a serialized copy of its
-// value, so that a test can check that a failed call wrote nothing.
+// snapshot returns every key Redis holds with a rendering of its type,
+// value and whether it expires, so that a test can check that a failed call
+// wrote nothing. It reads values by type rather than with DUMP, so that it
+// also works on the embedded in-memory Redis.
 func snapshot(tb testing.TB, db *DB) map[string]string {
 	tb.Helper()
 	ctx := context.Background()
@@ -28,11 +32,32 @@ func snapshot(tb testing.TB, db *DB) map[string]string {
 	}
 	snap := make(map[string]string, len(keys))
 	for _, k := range keys {
-		v, err := db.client.Dump(ctx, k).Result()
-		if err != nil {
-			tb.Fatalf("DUMP %s: %v", k, err)
+		var v any
+		typ, err := db.client.Type(ctx, k).Result()
+		if err == nil {
+			switch typ {
+			case "string":
+				v, err = db.client.Get(ctx, k).Result()
+			case "hash":
+				v, err = db.client.HGetAll(ctx, k).Result() // fmt prints maps sorted
+			case "set":
+				var members []string
+				members, err = db.client.SMembers(ctx, k).Result()
+				slices.Sort(members)
+				v = members
+			case "zset":
+				v, err = db.client.ZRangeWithScores(ctx, k, 0, -1).Result()
+			case "list":
+				v, err = db.client.LRange(ctx, k, 0, -1).Result()
+			default:
+				err = fmt.Errorf("unexpected type %s", typ)
+			}
 		}
-		snap[k] = v
+		if err != nil {
+			tb.Fatalf("snapshot of %s: %v", k, err)
+		}
+		expires := db.client.TTL(ctx, k).Val() > 0
+		snap[k] = fmt.Sprintf("%s %v expires=%v", typ, v, expires)
 	}
 	return snap
 }
