@@ -1,0 +1,226 @@
+package redisdb
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// readTimeline pages through feed first posts at a time, calling between
+// pages, and returns the post ids it read, newest first.
+func readTimeline(tb testing.TB, db *DB, feed warble.Feed, first int, between func()) []string {
+	tb.Helper()
+	var ids []string
+	var after *string
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			tb.Fatal("paging does not end")
+		}
+		tl, err := NewPostService(db).FindTimeline(context.Background(), feed, warble.PageArgs{First: first, After: after})
+		if err != nil {
+			tb.Fatalf("FindTimeline(%s): %v", feed, err)
+		}
+		if len(tl.Edges) > first {
+			tb.Fatalf("page has %d edges, want at most %d", len(tl.Edges), first)
+		}
+		for _, e := range tl.Edges {
+			if e.Node.Author == nil || e.Node.Author.ID != e.Node.AuthorID {
+				tb.Errorf("post %s has author %+v", e.Node.ID, e.Node.Author)
+			}
+			if e.Cursor != warble.PostCursor(e.Node.Seq) {
+				tb.Errorf("post %s cursor does not encode its seq", e.Node.ID)
+			}
+			ids = append(ids, e.Node.ID)
+		}
+		if !tl.PageInfo.HasNextPage {
+			return ids
+		}
+		if tl.PageInfo.EndCursor == nil {
+			tb.Fatal("HasNextPage without EndCursor")
+		}
+		after = tl.PageInfo.EndCursor
+		if between != nil {
+			between()
+		}
+	}
+}
+
+func TestFindTimelinePaging(t *testing.T) {
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	var adas, all []string // oldest first
+	for i := range 23 {
+		author := ada.ID
+		if i%3 == 0 {
+			author = bob.ID
+		}
+		p := mustCreatePost(t, db, author, "post "+strconv.Itoa(i))
+		all = append(all, p.ID)
+		if author == ada.ID {
+			adas = append(adas, p.ID)
+		}
+	}
+	tests := []struct {
+		name string
+		feed warble.Feed
+		key  string
+		base []string // posts the feed holds at least, oldest first
+	}{
+		{"Global", warble.GlobalFeed(), globalKey, all},
+		{"Home", warble.HomeFeed(bob.ID), homeKey(bob.ID), all},
+		{"User", warble.UserFeed(ada.ID), postsKey(ada.ID), adas},
+	}
+	for _, tt := range tests {
+		for _, first := range []int{1, 5, 23, 100} {
+			t.Run(tt.name+"/"+strconv.Itoa(first), func(t *testing.T) {
+				// What the feed holds now, newest first; earlier
+				// subtests have added posts of their own.
+				want, err := db.client.ZRevRange(context.Background(), tt.key, 0, -1).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				base := slices.Clone(tt.base)
+				slices.Reverse(base)
+				if len(want) < len(base) || !slices.Equal(want[len(want)-len(base):], base) {
+					t.Fatalf("feed %v does not end with %v", want, base)
+				}
+				// New posts between pages must neither repeat nor
+				// shift what the next page holds.
+				got := readTimeline(t, db, tt.feed, first, func() {
+					mustCreatePost(t, db, ada.ID, "meanwhile")
+				})
+				if !slices.Equal(got, want) {
+					t.Errorf("pages read %v,\nwant %v", got, want)
+				}
+			})
+		}
+	}
+}
+
+func TestFindTimelineEmpty(t *testing.T) {
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	tl, err := NewPostService(db).FindTimeline(context.Background(), warble.HomeFeed(ada.ID), warble.PageArgs{First: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Edges) != 0 || tl.PageInfo.HasNextPage || tl.PageInfo.EndCursor != nil {
+		t.Errorf("empty timeline = %+v", tl)
+	}
+}
+
+func TestFindTimelineBadPage(t *testing.T) {
+	db := newTestDB(t, Options{})
+	str := func(s string) *string { return &s }
+	tests := []struct {
+		name string
+		page warble.PageArgs
+	}{
+		{"FirstZero", warble.PageArgs{First: 0}},
+		{"FirstNegative", warble.PageArgs{First: -1}},
+		{"FirstTooBig", warble.PageArgs{First: warble.MaxPageSize + 1}},
+		{"CursorGarbage", warble.PageArgs{First: 5, After: str("!!")}},
+		{"CursorEmpty", warble.PageArgs{First: 5, After: str("")}},
+		{"CursorOfFollow", warble.PageArgs{First: 5, After: str(warble.FollowCursor(db.now(), "1"))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewPostService(db).FindTimeline(context.Background(), warble.GlobalFeed(), tt.page)
+			if got := warble.ErrorCode(err); got != warble.EINVALID {
+				t.Errorf("FindTimeline code = %q, want %q (err %v)", got, warble.EINVALID, err)
+			}
+		})
+	}
+}
+
+// TestFindTimelineSkipsDeleted reads a timeline whose ids outlive their
+// posts, as when a delete races the read: the gone posts are skipped and
+// the page is filled from further down.
+func TestFindTimelineSkipsDeleted(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)).ID)
+	}
+	// Delete the hashes of posts 9, 7 and 6 only, leaving their ids.
+	for _, i := range []int{9, 7, 6} {
+		author, seq, _ := splitPostID(ids[i])
+		if err := db.client.Del(ctx, postKey(author, seq)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl, err := NewPostService(db).FindTimeline(ctx, warble.GlobalFeed(), warble.PageArgs{First: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range tl.Edges {
+		got = append(got, e.Node.ID)
+	}
+	if want := []string{ids[8], ids[5], ids[4], ids[3]}; !slices.Equal(got, want) {
+		t.Errorf("page = %v, want %v", got, want)
+	}
+	if !tl.PageInfo.HasNextPage {
+		t.Error("HasNextPage = false, want true")
+	}
+	if rest := readTimeline(t, db, warble.GlobalFeed(), 100, nil); len(rest) != 7 {
+		t.Errorf("whole timeline has %d posts, want 7", len(rest))
+	}
+}
+
+// roundTripCounter is a go-redis hook that counts round trips: each command
+// sent alone and each pipeline counts once.
+type roundTripCounter struct{ n atomic.Int64 }
+
+func (c *roundTripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *roundTripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *roundTripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestFindTimelineRoundTrips checks that a page costs a constant number of
+// round trips: one range read, one fetch of the posts, one of the authors.
+func TestFindTimelineRoundTrips(t *testing.T) {
+	db := newTestDB(t, Options{})
+	users := []*warble.User{mustSignup(t, db, "ada"), mustSignup(t, db, "bob"), mustSignup(t, db, "cat")}
+	for i := range 60 {
+		mustCreatePost(t, db, users[i%3].ID, "post "+strconv.Itoa(i))
+	}
+	counter := &roundTripCounter{}
+	db.client.AddHook(counter)
+	counts := map[int]int64{}
+	for _, first := range []int{5, 20, 50} {
+		counter.n.Store(0)
+		tl, err := NewPostService(db).FindTimeline(context.Background(), warble.GlobalFeed(), warble.PageArgs{First: first})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tl.Edges) != first {
+			t.Fatalf("page of %d has %d edges", first, len(tl.Edges))
+		}
+		counts[first] = counter.n.Load()
+	}
+	if counts[5] != counts[20] || counts[20] != counts[50] || counts[50] > 3 {
+		t.Errorf("round trips per page by size = %v, want the same small number (3) for each", counts)
+	}
+}
