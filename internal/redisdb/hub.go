@@ -1,0 +1,757 @@
+package redisdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// Hub implements warble.LiveService over one Redis pub/sub connection per
+// process, shared by every subscription.
+//
+// Each timeline channel with local listeners has one hubChannel: a SUBSCRIBE
+// when its first listener arrives, an UNSUBSCRIBE when its last one leaves,
+// and one goroutine that turns the channel's messages into events. That
+// goroutine keeps POST_ADDED events in increasing cursor order for all of
+// the channel's listeners at once: on an "A seq" above the highest seq it
+// has dispatched, it reads everything newer from the timeline's sorted set,
+// the truth, and dispatches that in order, so posts that published out of
+// order still arrive in order, and a post that lands below what was already
+// dispatched becomes a RESYNC rather than an event out of order.
+//
+// Each subscription has a bounded queue and a goroutine that feeds the
+// channel its caller reads. Dispatch never blocks: a full queue is replaced
+// by a RESYNC.
+type Hub struct {
+	db *DB
+	ps *redis.PubSub
+
+	ctx    context.Context // Redis reads of the hub's goroutines; cancelled by Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	revokedReady chan struct{} // closed when revokedChannel is first confirmed
+	revokedOnce  sync.Once
+
+	mu       sync.Mutex
+	closed   bool
+	channels map[string]*hubChannel
+	// pending holds, per channel name, the SUBSCRIBE and UNSUBSCRIBE
+	// commands whose confirmations have not arrived, in the order sent.
+	// Redis confirms them in that order, which tells a confirmation of
+	// our SUBSCRIBE from one that go-redis sends when it reconnects.
+	pending  map[string][]pendingCommand
+	sessions map[string]map[*sessionWatch]struct{} // by token hash
+}
+
+var _ warble.LiveService = (*Hub)(nil)
+
+// Limits of the hub.
+const (
+	subscriberBuffer = 64   // events queued for one subscriber before it gets a RESYNC instead
+	hubInbox         = 1024 // messages queued for one channel's goroutine
+	pullLimit        = 200  // posts one pull may dispatch before it sends a RESYNC instead
+	replayLimit      = 1000 // posts a resume may replay before it sends a RESYNC instead
+	recentSeqs       = 512  // dispatched seqs a channel remembers, to drop their late messages
+	initialSeqs      = 32   // newest seqs a channel counts as dispatched when it starts
+	pubsubBuffer     = 4096 // messages go-redis buffers between the connection and the hub
+)
+
+// errHubClosed is returned to subscriptions made after Close.
+var errHubClosed = errors.New("live timelines: hub closed")
+
+// pendingCommand is a SUBSCRIBE (with the hubChannel it is for) or an
+// UNSUBSCRIBE that Redis has not confirmed yet.
+type pendingCommand struct {
+	subscribe bool
+	ch        *hubChannel
+}
+
+// sessionWatch is one context that a revocation of its session cancels.
+type sessionWatch struct{ cancel context.CancelFunc }
+
+// NewHub returns a Hub over db's client. It subscribes at once to the
+// revocations of session tokens, for WatchSession.
+func NewHub(db *DB) *Hub {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Hub{
+		db:           db,
+		ctx:          ctx,
+		cancel:       cancel,
+		done:         make(chan struct{}),
+		revokedReady: make(chan struct{}),
+		channels:     make(map[string]*hubChannel),
+		pending:      make(map[string][]pendingCommand),
+		sessions:     make(map[string]map[*sessionWatch]struct{}),
+	}
+	// client.Subscribe does not wait for Redis: the confirmation arrives
+	// through the channel below, and go-redis retries the subscription
+	// when it reconnects.
+	h.ps = db.client.Subscribe(ctx, revokedChannel)
+	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(pubsubBuffer))
+	h.wg.Add(1)
+	go h.read(msgs)
+	return h
+}
+
+// Close ends every subscription (their channels close), cancels the
+// contexts of WatchSession and closes the pub/sub connection. It waits for
+// the hub's goroutines to end.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	var watches []*sessionWatch
+	for _, ws := range h.sessions {
+		for w := range ws {
+			watches = append(watches, w)
+		}
+	}
+	h.mu.Unlock()
+
+	close(h.done)
+	h.cancel()
+	for _, w := range watches {
+		w.cancel()
+	}
+	err := h.ps.Close()
+	h.wg.Wait()
+	return err
+}
+
+// WatchSession returns a context that is cancelled when the session with
+// tokenHash is revoked (a logout announces the hash on revokedChannel), when
+// parent ends, or when the hub closes. It waits until the hub's subscription
+// to revocations is confirmed, so that a revocation published after it
+// returns is not missed.
+func (h *Hub) WatchSession(parent context.Context, tokenHash string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	w := &sessionWatch{cancel: cancel}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		cancel()
+		return ctx, cancel
+	}
+	ws := h.sessions[tokenHash]
+	if ws == nil {
+		ws = make(map[*sessionWatch]struct{})
+		h.sessions[tokenHash] = ws
+	}
+	ws[w] = struct{}{}
+	h.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if ws := h.sessions[tokenHash]; ws != nil {
+			delete(ws, w)
+			if len(ws) == 0 {
+				delete(h.sessions, tokenHash)
+			}
+		}
+	})
+	select {
+	case <-h.revokedReady:
+	case <-ctx.Done():
+	}
+	return ctx, cancel
+}
+
+// revoke cancels the watched contexts of the session with tokenHash.
+func (h *Hub) revoke(tokenHash string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.sessions[tokenHash] {
+		w.cancel() // its AfterFunc removes it, once this lock is released
+	}
+}
+
+// SubscribeTimeline implements warble.LiveService. It returns once the
+// subscription is confirmed by Redis (and, with after, once the replay is
+// read), so that every change made after it returns is delivered.
+func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *string) (<-chan *warble.TimelineEvent, error) {
+	afterSeq := int64(-1)
+	if after != nil {
+		var err error
+		if afterSeq, err = warble.ParsePostCursor(*after); err != nil {
+			return nil, err
+		}
+	}
+	key, channel, ok := feedKeys(feed)
+	if !ok {
+		return nil, warble.Errorf(warble.ENOTFOUND, "Timeline not found.")
+	}
+	sub, err := h.register(feed, key, channel)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-sub.ch.ready:
+	case <-ctx.Done():
+		h.unregister(sub)
+		return nil, ctx.Err()
+	case <-h.done:
+		h.unregister(sub)
+		return nil, errHubClosed
+	}
+	var replay []*warble.TimelineEvent
+	if after != nil {
+		if replay, err = h.replay(ctx, sub, afterSeq); err != nil {
+			h.unregister(sub)
+			return nil, err
+		}
+	}
+	out := make(chan *warble.TimelineEvent)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.unregister(sub)
+		return nil, errHubClosed
+	}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go h.pump(ctx, sub, replay, out)
+	return out, nil
+}
+
+// register adds a subscriber to the channel of feed, subscribing to the
+// channel if it is the first.
+func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, errHubClosed
+	}
+	ch := h.channels[channel]
+	if ch == nil {
+		ch = &hubChannel{
+			hub:     h,
+			name:    channel,
+			feed:    feed,
+			key:     key,
+			subs:    make(map[*subscriber]struct{}),
+			inbox:   make(chan string, hubInbox),
+			confirm: make(chan bool, 1),
+			ready:   make(chan struct{}),
+			quit:    make(chan struct{}),
+			recent:  newSeqRing(recentSeqs),
+		}
+		h.channels[channel] = ch
+		h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true, ch: ch})
+		h.wg.Add(1)
+		go ch.run()
+		// An error here means the connection is down; go-redis subscribes
+		// again when it reconnects, and that confirmation counts.
+		if err := h.ps.Subscribe(h.ctx, channel); err != nil {
+			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
+		}
+	}
+	sub := &subscriber{ch: ch, wake: make(chan struct{}, 1), floor: -1}
+	ch.mu.Lock()
+	ch.subs[sub] = struct{}{}
+	ch.mu.Unlock()
+	return sub, nil
+}
+
+// unregister removes a subscriber, and unsubscribes from its channel if it
+// was the last.
+func (h *Hub) unregister(sub *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := sub.ch
+	ch.mu.Lock()
+	delete(ch.subs, sub)
+	empty := len(ch.subs) == 0
+	ch.mu.Unlock()
+	if !empty || h.channels[ch.name] != ch {
+		return
+	}
+	delete(h.channels, ch.name)
+	close(ch.quit)
+	if h.closed {
+		return
+	}
+	h.pending[ch.name] = append(h.pending[ch.name], pendingCommand{})
+	if err := h.ps.Unsubscribe(h.ctx, ch.name); err != nil {
+		h.db.log.Warn("unsubscribe from timeline channel", "channel", ch.name, "err", err)
+	}
+}
+
+// read hands what the pub/sub connection receives to the channels. It never
+// waits on Redis or on a subscriber, so that one slow channel cannot hold
+// up the others or the connection.
+func (h *Hub) read(msgs <-chan any) {
+	defer h.wg.Done()
+	for m := range msgs {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			h.confirmed(m)
+		case *redis.Message:
+			if m.Channel == revokedChannel {
+				h.revoke(m.Payload)
+				continue
+			}
+			h.mu.Lock()
+			ch := h.channels[m.Channel]
+			h.mu.Unlock()
+			if ch != nil {
+				ch.post(m.Payload)
+			}
+		}
+	}
+}
+
+// confirmed handles Redis's confirmation of a SUBSCRIBE or UNSUBSCRIBE.
+//
+// A SUBSCRIBE confirmation that matches no command of ours comes from
+// go-redis subscribing again after a reconnect: messages may have been lost
+// while the connection was down, and the channel's listeners get a RESYNC.
+// The first confirmation on a fresh connection says it is one (a count of
+// 1: revokedChannel is always among the channels), and then the commands
+// still pending were sent on the dead connection, whose confirmations will
+// never come: go-redis sends the SUBSCRIBEs again itself, and those of
+// channels still wanted are confirmed as a reconnect's.
+func (h *Hub) confirmed(m *redis.Subscription) {
+	subscribe := m.Kind == "subscribe"
+	if !subscribe && m.Kind != "unsubscribe" {
+		return
+	}
+	h.mu.Lock()
+	if subscribe && m.Count == 1 {
+		clear(h.pending)
+	}
+	if m.Channel == revokedChannel {
+		h.mu.Unlock()
+		if subscribe {
+			first := false
+			h.revokedOnce.Do(func() { first = true; close(h.revokedReady) })
+			if !first {
+				h.db.log.Warn("pub/sub connection reconnected; session revocations sent meanwhile were missed")
+			}
+		}
+		return
+	}
+	ch := h.channels[m.Channel]
+	target, ours := h.popPending(m.Channel, subscribe)
+	h.mu.Unlock()
+	if !subscribe || ch == nil {
+		return
+	}
+	switch {
+	case ours && target == ch:
+		ch.signal(false)
+	case !ours:
+		ch.signal(true)
+	}
+	// A confirmation of ours for a channel that has since been dropped
+	// and made again belongs to the old one: the new one has its own.
+}
+
+// popPending takes the oldest pending command of the given kind on channel
+// and reports whether there was one.
+func (h *Hub) popPending(channel string, subscribe bool) (*hubChannel, bool) {
+	queue := h.pending[channel]
+	for i, c := range queue {
+		if c.subscribe == subscribe {
+			// Commands before it of the other kind cannot be pending
+			// any more: Redis answers in order.
+			if rest := queue[i+1:]; len(rest) > 0 {
+				h.pending[channel] = rest
+			} else {
+				delete(h.pending, channel)
+			}
+			return c.ch, true
+		}
+	}
+	return nil, false
+}
+
+// replay reads the posts of sub's feed newer than afterSeq, oldest first,
+// and sets sub's floor so that its live events go on from there. It is
+// read after the channel's subscription is confirmed, so that a post either
+// is in the replay or comes live, or both (then the live one is dropped).
+func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*warble.TimelineEvent, error) {
+	ch := sub.ch
+	pipe := h.db.client.Pipeline()
+	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
+	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
+	entriesCmd := pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: ch.key, Start: "(" + strconv.FormatInt(afterSeq, 10), Stop: "+inf", ByScore: true, Count: replayLimit + 1,
+	})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+	}
+	var newest int64
+	if top := newestCmd.Val(); len(top) > 0 {
+		newest = int64(top[0].Score)
+	}
+	oldest := oldestCmd.Val()
+	entries := feedEntries(entriesCmd.Val())
+	if (feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)) || len(entries) > replayLimit {
+		// The timeline no longer holds everything after the cursor, or
+		// holds too much of it: the client should refetch instead.
+		sub.floor = max(newest, afterSeq)
+		return []*warble.TimelineEvent{resyncEvent(sub.floor)}, nil
+	}
+	posts, err := h.db.loadPosts(ctx, entries)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+	}
+	sub.floor = afterSeq
+	sub.replayed = make(map[int64]bool, len(entries))
+	for _, e := range entries {
+		sub.replayed[e.seq] = true
+		sub.floor = max(sub.floor, e.seq)
+	}
+	events := make([]*warble.TimelineEvent, len(posts))
+	for i, p := range posts {
+		events[i] = addedEvent(p)
+	}
+	return events, nil
+}
+
+// pump feeds out from sub until ctx ends or the hub closes: first the
+// replay, then the live events. It is the subscription's one goroutine,
+// and its one exit unregisters it and closes out.
+func (h *Hub) pump(ctx context.Context, sub *subscriber, replay []*warble.TimelineEvent, out chan<- *warble.TimelineEvent) {
+	defer h.wg.Done()
+	defer func() {
+		h.unregister(sub)
+		close(out)
+	}()
+	send := func(ev *warble.TimelineEvent) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-h.done:
+			return false
+		}
+	}
+	for _, ev := range replay {
+		if !send(ev) {
+			return
+		}
+	}
+	for {
+		item, ok := sub.pop()
+		if !ok {
+			select {
+			case <-sub.wake:
+				continue
+			case <-ctx.Done():
+				return
+			case <-h.done:
+				return
+			}
+		}
+		if ev := sub.filter(item); ev != nil && !send(ev) {
+			return
+		}
+	}
+}
+
+// hubChannel is one subscribed timeline channel and its listeners.
+type hubChannel struct {
+	hub  *Hub
+	name string
+	feed warble.Feed
+	key  string // the sorted set of the feed
+
+	inbox    chan string // message payloads, for run
+	overflow atomic.Bool // set when inbox was full and a message was dropped
+	confirm  chan bool   // a subscription confirmation; true if after a reconnect
+	ready    chan struct{}
+	quit     chan struct{} // closed when the last listener leaves
+
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+
+	// Owned by run.
+	started bool
+	last    int64    // the highest seq dispatched, or known at the start
+	recent  *seqRing // seqs dispatched lately
+}
+
+// post queues a message for run without waiting. When the queue is full
+// the message is dropped, and run sends a RESYNC once it catches up.
+func (ch *hubChannel) post(payload string) {
+	select {
+	case ch.inbox <- payload:
+	default:
+		ch.overflow.Store(true)
+	}
+}
+
+// signal tells run that the channel's subscription is confirmed.
+func (ch *hubChannel) signal(reconnected bool) {
+	select {
+	case ch.confirm <- reconnected:
+	default:
+		// One is queued; a RESYNC is sent anyway if either needs it.
+		if reconnected {
+			select {
+			case <-ch.confirm:
+			default:
+			}
+			ch.signal(true)
+		}
+	}
+}
+
+// run turns the channel's messages into events until the channel is
+// dropped or the hub closes. Messages received before the subscription is
+// confirmed are dropped: the start reads the timeline after them.
+func (ch *hubChannel) run() {
+	h := ch.hub
+	defer h.wg.Done()
+	for {
+		select {
+		case <-ch.quit:
+			return
+		case <-h.done:
+			return
+		case reconnected := <-ch.confirm:
+			ch.start(reconnected && ch.started)
+		case payload := <-ch.inbox:
+			if !ch.started {
+				continue
+			}
+			if ch.overflow.Swap(false) {
+				ch.start(true)
+				continue
+			}
+			ev, ok := decodeEvent(payload)
+			if !ok {
+				h.db.log.Warn("malformed timeline message", "channel", ch.name, "message", payload)
+				continue
+			}
+			ch.handle(ev)
+		}
+	}
+}
+
+// start reads the newest entries of the timeline and counts them as
+// dispatched, so that live events begin after them. With resync, messages
+// may have been lost, and the listeners get a RESYNC. Redis errors are
+// retried until the channel goes away.
+func (ch *hubChannel) start(resync bool) {
+	h := ch.hub
+	// Messages dropped so far are covered by what this reads.
+	ch.overflow.Store(false)
+	for attempt := 0; ; attempt++ {
+		entries, err := h.db.rangeFeed(h.ctx, redis.ZRangeArgs{Key: ch.key, Start: 0, Stop: initialSeqs - 1, Rev: true})
+		if err == nil {
+			for _, e := range entries {
+				ch.recent.add(e.seq)
+				ch.last = max(ch.last, e.seq)
+			}
+			break
+		}
+		h.db.log.Warn("read timeline for live events", "feed", ch.feed.String(), "err", err)
+		select {
+		case <-ch.quit:
+			return
+		case <-h.done:
+			return
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+		}
+	}
+	if !ch.started {
+		ch.started = true
+		close(ch.ready)
+	}
+	if resync {
+		ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+	}
+}
+
+// handle dispatches the events that one channel message stands for.
+func (ch *hubChannel) handle(ev channelEvent) {
+	switch ev.op {
+	case opAdded:
+		switch {
+		case ev.seq > ch.last:
+			ch.pull()
+		case ch.recent.has(ev.seq):
+			// An earlier pull dispatched it already.
+		default:
+			// It landed below what was dispatched already: it cannot be
+			// delivered in order.
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+	case opRemoved:
+		id := ev.postID
+		ch.dispatch(&hubEvent{ev: &warble.TimelineEvent{
+			Kind: warble.PostRemoved, Cursor: warble.PostCursor(ev.seq), PostID: &id,
+		}, seq: ev.seq})
+	case opResync:
+		ch.last = max(ch.last, ev.seq)
+		ch.dispatch(&hubEvent{ev: resyncEvent(ev.seq), seq: ev.seq})
+	}
+}
+
+// pull dispatches, oldest first, the posts of the timeline newer than the
+// last seq dispatched.
+func (ch *hubChannel) pull() {
+	h := ch.hub
+	entries, err := h.db.rangeFeed(h.ctx, redis.ZRangeArgs{
+		Key: ch.key, Start: "(" + strconv.FormatInt(ch.last, 10), Stop: "+inf", ByScore: true, Count: pullLimit + 1,
+	})
+	var posts []*warble.Post
+	if err == nil && len(entries) <= pullLimit {
+		posts, err = h.db.loadPosts(h.ctx, entries)
+	}
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.db.log.Warn("read new posts for live events", "feed", ch.feed.String(), "err", err)
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+		return
+	}
+	if len(entries) > pullLimit {
+		// Too many at once: the listeners refetch instead. Everything up
+		// to the newest entry counts as delivered by that.
+		ch.start(true)
+		return
+	}
+	for _, e := range entries {
+		ch.recent.add(e.seq)
+		ch.last = max(ch.last, e.seq)
+	}
+	for _, p := range posts {
+		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
+	}
+}
+
+// dispatch queues an event for every listener of the channel.
+func (ch *hubChannel) dispatch(e *hubEvent) {
+	e.newest = ch.last
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for sub := range ch.subs {
+		sub.push(e)
+	}
+}
+
+// hubEvent is an event on its way to subscribers, with the numbers they
+// need to filter it.
+type hubEvent struct {
+	ev     *warble.TimelineEvent
+	seq    int64 // the event's position
+	newest int64 // the channel's newest position when it was dispatched
+}
+
+// subscriber is one subscription: a bounded queue that the channel fills
+// and the subscription's pump empties.
+type subscriber struct {
+	ch   *hubChannel
+	wake chan struct{} // signalled when the queue gets an event
+
+	mu    sync.Mutex
+	queue []*hubEvent
+
+	// Set before the pump starts and owned by it afterwards: POST_ADDED
+	// events at or below floor were replayed (those in replayed) or
+	// arrived too late to deliver in order (the others).
+	floor    int64
+	replayed map[int64]bool
+}
+
+// push queues an event without waiting. When the queue is full the
+// subscriber has fallen behind: its queue is replaced by a RESYNC. A RESYNC
+// that follows a RESYNC replaces it.
+func (s *subscriber) push(e *hubEvent) {
+	s.mu.Lock()
+	switch n := len(s.queue); {
+	case n >= subscriberBuffer:
+		clear(s.queue)
+		s.queue = append(s.queue[:0], &hubEvent{ev: resyncEvent(e.newest), seq: e.newest, newest: e.newest})
+	case e.ev.Kind == warble.Resync && n > 0 && s.queue[n-1].ev.Kind == warble.Resync:
+		s.queue[n-1] = e
+	default:
+		s.queue = append(s.queue, e)
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop takes the oldest queued event.
+func (s *subscriber) pop() (*hubEvent, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return nil, false
+	}
+	e := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	return e, true
+}
+
+// filter returns the event to send for e after a replay: nil for a post the
+// replay sent already, a RESYNC for one that came too late to be sent in
+// order, and e's event otherwise.
+func (s *subscriber) filter(e *hubEvent) *warble.TimelineEvent {
+	if e.ev.Kind != warble.PostAdded || e.seq > s.floor {
+		return e.ev
+	}
+	if s.replayed[e.seq] {
+		return nil
+	}
+	return resyncEvent(max(e.newest, s.floor))
+}
+
+// addedEvent is the POST_ADDED event of p.
+func addedEvent(p *warble.Post) *warble.TimelineEvent {
+	id := p.ID
+	return &warble.TimelineEvent{Kind: warble.PostAdded, Cursor: warble.PostCursor(p.Seq), PostID: &id, Post: p}
+}
+
+// resyncEvent is a RESYNC whose newest position is seq.
+func resyncEvent(seq int64) *warble.TimelineEvent {
+	return &warble.TimelineEvent{Kind: warble.Resync, Cursor: warble.PostCursor(seq)}
+}
+
+// seqRing is a set of the last n seqs added to it.
+type seqRing struct {
+	ring []int64
+	next int
+	set  map[int64]int // seq -> how many times it is in ring
+}
+
+func newSeqRing(n int) *seqRing {
+	return &seqRing{ring: make([]int64, 0, n), set: make(map[int64]int, n)}
+}
+
+func (r *seqRing) add(seq int64) {
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, seq)
+	} else {
+		old := r.ring[r.next]
+		if r.set[old]--; r.set[old] == 0 {
+			delete(r.set, old)
+		}
+		r.ring[r.next] = seq
+		r.next = (r.next + 1) % len(r.ring)
+	}
+	r.set[seq]++
+}
+
+func (r *seqRing) has(seq int64) bool { return r.set[seq] > 0 }

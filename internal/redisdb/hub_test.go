@@ -1,0 +1,585 @@
+package redisdb
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// eventWait is how long a test waits for an event that must come. It is a
+// deadline against hanging, not a measure of speed.
+const eventWait = 5 * time.Second
+
+// newTestHub returns a Hub over db, closed when tb ends.
+func newTestHub(tb testing.TB, db *DB) *Hub {
+	tb.Helper()
+	h := NewHub(db)
+	tb.Cleanup(func() { h.Close() })
+	return h
+}
+
+// mustSubscribe subscribes to feed until tb ends.
+func mustSubscribe(tb testing.TB, h *Hub, feed warble.Feed, after *string) <-chan *warble.TimelineEvent {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	events, err := h.SubscribeTimeline(ctx, feed, after)
+	if err != nil {
+		tb.Fatalf("SubscribeTimeline(%s): %v", feed, err)
+	}
+	return events
+}
+
+// nextEvent returns the next event of events, failing tb if none comes.
+func nextEvent(tb testing.TB, events <-chan *warble.TimelineEvent) *warble.TimelineEvent {
+	tb.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			tb.Fatal("subscription ended")
+		}
+		return ev
+	case <-time.After(eventWait):
+		tb.Fatal("no event came")
+	}
+	return nil
+}
+
+// eventSeq returns the seq an event's cursor encodes.
+func eventSeq(tb testing.TB, ev *warble.TimelineEvent) int64 {
+	tb.Helper()
+	seq, err := warble.ParsePostCursor(ev.Cursor)
+	if err != nil {
+		tb.Fatalf("event %s has cursor %q: %v", ev.Kind, ev.Cursor, err)
+	}
+	return seq
+}
+
+// wantAdded checks that ev is the POST_ADDED of p, with its author.
+func wantAdded(tb testing.TB, ev *warble.TimelineEvent, p *warble.Post) {
+	tb.Helper()
+	if ev.Kind != warble.PostAdded || ev.PostID == nil || *ev.PostID != p.ID || ev.Post == nil || ev.Post.ID != p.ID {
+		tb.Fatalf("event = %s %v, want POST_ADDED of %s", ev.Kind, ev.PostID, p.ID)
+	}
+	if ev.Cursor != warble.PostCursor(p.Seq) {
+		tb.Errorf("event cursor = %q, want the post's", ev.Cursor)
+	}
+	if ev.Post.Body != p.Body || ev.Post.Author == nil || ev.Post.Author.ID != p.AuthorID {
+		tb.Errorf("event post = %+v, want %q with author %s", ev.Post, p.Body, p.AuthorID)
+	}
+}
+
+// waitFor polls cond until it holds, failing tb after a generous deadline.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHubPostAdded(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+
+	feeds := map[string]<-chan *warble.TimelineEvent{
+		"Global":     mustSubscribe(t, h, warble.GlobalFeed(), nil),
+		"User":       mustSubscribe(t, h, warble.UserFeed(ada.ID), nil),
+		"AuthorHome": mustSubscribe(t, h, warble.HomeFeed(ada.ID), nil),
+		"FollowHome": mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil),
+	}
+	p := mustCreatePost(t, db, ada.ID, "hello")
+	for name, events := range feeds {
+		t.Run(name, func(t *testing.T) { wantAdded(t, nextEvent(t, events), p) })
+	}
+}
+
+func TestHubPostRemoved(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	p := mustCreatePost(t, db, ada.ID, "soon gone")
+
+	feeds := map[string]<-chan *warble.TimelineEvent{
+		"Global":     mustSubscribe(t, h, warble.GlobalFeed(), nil),
+		"User":       mustSubscribe(t, h, warble.UserFeed(ada.ID), nil),
+		"AuthorHome": mustSubscribe(t, h, warble.HomeFeed(ada.ID), nil),
+		"FollowHome": mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil),
+	}
+	if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	for name, events := range feeds {
+		t.Run(name, func(t *testing.T) {
+			ev := nextEvent(t, events)
+			if ev.Kind != warble.PostRemoved || ev.PostID == nil || *ev.PostID != p.ID || ev.Post != nil {
+				t.Fatalf("event = %+v, want POST_REMOVED of %s", ev, p.ID)
+			}
+			if ev.Cursor != warble.PostCursor(p.Seq) {
+				t.Errorf("cursor = %q, want the post's", ev.Cursor)
+			}
+		})
+	}
+}
+
+func TestHubResyncOnFollow(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	p := mustCreatePost(t, db, ada.ID, "before the follow")
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+
+	mustFollow(t, db, bob.ID, ada.ID)
+	ev := nextEvent(t, events)
+	if ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(p.Seq) {
+		t.Fatalf("event = %s %q, want RESYNC at the post's cursor", ev.Kind, ev.Cursor)
+	}
+	// Live events go on after it.
+	q := mustCreatePost(t, db, ada.ID, "after the follow")
+	wantAdded(t, nextEvent(t, events), q)
+}
+
+// TestHubResume subscribes with after while another goroutine keeps
+// posting: the events must be exactly the posts after the cursor, in
+// order, with none skipped or repeated between the replay and live.
+func TestHubResume(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		feed func(author string) warble.Feed
+	}{
+		{"Global", func(string) warble.Feed { return warble.GlobalFeed() }},
+		{"User", warble.UserFeed},
+		{"Home", warble.HomeFeed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := newTestDB(t, Options{})
+			h := newTestHub(t, db)
+			ada := mustSignup(t, db, "ada")
+			const before, k, during = 30, 12, 60
+			var seqs []int64
+			for i := range before {
+				seqs = append(seqs, mustCreatePost(t, db, ada.ID, "before "+strconv.Itoa(i)).Seq)
+			}
+
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range during {
+					p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "during "+strconv.Itoa(i))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					seqs = append(seqs, p.Seq)
+					mu.Unlock()
+				}
+			}()
+			after := warble.PostCursor(seqs[k-1])
+			events := mustSubscribe(t, h, tt.feed(ada.ID), &after)
+			wg.Wait()
+
+			mu.Lock()
+			want := slices.Clone(seqs[k:])
+			mu.Unlock()
+			var got []int64
+			for len(got) < len(want) {
+				ev := nextEvent(t, events)
+				if ev.Kind != warble.PostAdded {
+					t.Fatalf("after %d events: %s, want only POST_ADDED", len(got), ev.Kind)
+				}
+				got = append(got, eventSeq(t, ev))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("events %v,\nwant %v", got, want)
+			}
+		})
+	}
+}
+
+// TestHubResumeTooOld subscribes with a cursor older than what a capped
+// timeline still holds: it starts with a RESYNC, then goes on live.
+func TestHubResumeTooOld(t *testing.T) {
+	db := newTestDB(t, Options{GlobalCap: 5, HomeCap: 5})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 10 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)))
+	}
+	after := warble.PostCursor(posts[2].Seq)
+	for _, feed := range []warble.Feed{warble.GlobalFeed(), warble.HomeFeed(ada.ID)} {
+		t.Run(feed.String(), func(t *testing.T) {
+			events := mustSubscribe(t, h, feed, &after)
+			ev := nextEvent(t, events)
+			if ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(posts[len(posts)-1].Seq) {
+				t.Fatalf("first event = %s %q, want RESYNC at the newest post", ev.Kind, ev.Cursor)
+			}
+		})
+	}
+	// The user's own posts are never capped: the same cursor replays.
+	events := mustSubscribe(t, h, warble.UserFeed(ada.ID), &after)
+	for _, p := range posts[3:] {
+		wantAdded(t, nextEvent(t, events), p)
+	}
+	p := mustCreatePost(t, db, ada.ID, "live")
+	wantAdded(t, nextEvent(t, events), p)
+}
+
+func TestHubBadSubscription(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	bad := "not a cursor"
+	if _, err := h.SubscribeTimeline(context.Background(), warble.GlobalFeed(), &bad); warble.ErrorCode(err) != warble.EINVALID {
+		t.Errorf("malformed after: err = %v, want EINVALID", err)
+	}
+	if _, err := h.SubscribeTimeline(context.Background(), warble.HomeFeed("x"), nil); err == nil {
+		t.Error("home timeline of a malformed user id: no error")
+	}
+	h.mu.Lock()
+	n := len(h.channels)
+	h.mu.Unlock()
+	if n != 0 {
+		t.Errorf("hub has %d channels after failed subscriptions, want 0", n)
+	}
+}
+
+// TestHubOrder posts from several goroutines at once, so that messages can
+// publish out of seq order; a subscriber must still see POST_ADDED cursors
+// increase.
+func TestHubOrder(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	var authors []*warble.User
+	for _, name := range []string{"ada", "bob", "cat", "dan"} {
+		authors = append(authors, mustSignup(t, db, name))
+	}
+	events := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	const each = 25
+	var wg sync.WaitGroup
+	for _, a := range authors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := NewPostService(db).CreatePost(context.Background(), a.ID, "post "+strconv.Itoa(i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	last := mustCreatePost(t, db, authors[0].ID, "the end")
+
+	var prev int64
+	for {
+		ev := nextEvent(t, events)
+		seq := eventSeq(t, ev)
+		if ev.Kind == warble.PostAdded {
+			if seq <= prev {
+				t.Fatalf("POST_ADDED at %d after %d", seq, prev)
+			}
+			prev = seq
+		}
+		if seq == last.Seq {
+			return
+		}
+	}
+}
+
+// TestHubSlowConsumer leaves one subscriber unread while more posts than
+// its buffer arrive: it gets a RESYNC, and another subscriber gets every
+// post.
+func TestHubSlowConsumer(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	slow := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	fast := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+
+	var posts []*warble.Post
+	for i := range subscriberBuffer + 20 {
+		p := mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i))
+		posts = append(posts, p)
+		wantAdded(t, nextEvent(t, fast), p)
+	}
+	last := posts[len(posts)-1]
+	resyncs := 0
+	for {
+		ev := nextEvent(t, slow)
+		if ev.Kind == warble.Resync {
+			resyncs++
+		}
+		if ev.Kind == warble.PostAdded && *ev.PostID == last.ID {
+			break
+		}
+	}
+	if resyncs != 1 {
+		t.Errorf("slow subscriber got %d RESYNCs, want 1", resyncs)
+	}
+}
+
+// TestHubSubscriptionsEnd opens and ends many subscriptions: every
+// goroutine they started ends, and the hub unsubscribes from every channel.
+func TestHubSubscriptionsEnd(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	// Warm up: the first subscription makes the pools' connections.
+	warm, stop := context.WithCancel(ctx)
+	if _, err := h.SubscribeTimeline(warm, warble.GlobalFeed(), nil); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	waitFor(t, "the warm-up to end", func() bool { return hubChannels(h) == 0 })
+	baseline := runtime.NumGoroutine()
+
+	subCtx, cancel := context.WithCancel(ctx)
+	var subs []<-chan *warble.TimelineEvent
+	for i := range 200 {
+		var feed warble.Feed
+		switch i % 4 {
+		case 0:
+			feed = warble.GlobalFeed()
+		case 1:
+			feed = warble.UserFeed(ada.ID)
+		case 2:
+			feed = warble.HomeFeed(strconv.Itoa(1000 + i))
+		case 3:
+			feed = warble.UserFeed(strconv.Itoa(1000 + i))
+		}
+		after := warble.PostCursor(0)
+		var afterp *string
+		if i%5 == 0 {
+			afterp = &after
+		}
+		events, err := h.SubscribeTimeline(subCtx, feed, afterp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, events)
+	}
+	if n := hubChannels(h); n != 2+100 {
+		t.Errorf("hub has %d channels, want 102", n)
+	}
+	p := mustCreatePost(t, db, ada.ID, "to all")
+	wantAdded(t, nextEvent(t, subs[0]), p)
+	cancel()
+	for _, events := range subs {
+		for range events { // drain until the pump closes it
+		}
+	}
+
+	waitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= baseline })
+	waitFor(t, "Redis to drop the channels", func() bool {
+		chans, err := db.client.PubSubChannels(ctx, "*").Result()
+		return err == nil && slices.Equal(chans, []string{revokedChannel})
+	})
+	// The hub forgets each UNSUBSCRIBE once Redis confirms it.
+	waitFor(t, "the hub to hold no channels and no pending commands", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.channels) == 0 && len(h.pending) == 0
+	})
+}
+
+// hubChannels returns how many channels h is subscribed to.
+func hubChannels(h *Hub) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.channels)
+}
+
+// TestHubOneConnection checks that all subscriptions share one pub/sub
+// connection.
+func TestHubOneConnection(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	for i := range 20 {
+		mustSubscribe(t, h, warble.UserFeed(strconv.Itoa(1+i%10)), nil)
+	}
+	mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	clients, err := db.client.Do(ctx, "client", "list", "type", "pubsub").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubsubConns := 0
+	for _, line := range strings.Split(strings.TrimSpace(clients), "\n") {
+		if strings.TrimSpace(line) != "" {
+			pubsubConns++
+		}
+	}
+	if pubsubConns != 1 {
+		t.Errorf("%d pub/sub connections, want 1:\n%s", pubsubConns, clients)
+	}
+	counts, err := db.client.PubSubNumSub(ctx, globalChannel, userChannel("1"), revokedChannel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ch, n := range counts {
+		if n != 1 {
+			t.Errorf("%s has %d subscribers on Redis, want 1", ch, n)
+		}
+	}
+}
+
+func TestHubWatchSession(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+
+	revoked, _ := h.WatchSession(ctx, "abc")
+	parent, cancelParent := context.WithCancel(ctx)
+	other, _ := h.WatchSession(parent, "def")
+	if err := db.client.Publish(ctx, revokedChannel, "abc").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-revoked.Done():
+	case <-time.After(eventWait):
+		t.Fatal("revoked session's context not cancelled")
+	}
+	if other.Err() != nil {
+		t.Error("another session's context was cancelled")
+	}
+	cancelParent()
+	<-other.Done()
+	waitFor(t, "the watches to go", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.sessions) == 0
+	})
+
+	// Through the real logout.
+	auth := NewAuthService(db)
+	payload, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sess, err := auth.Authenticate(ctx, payload.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched, _ := h.WatchSession(ctx, sess.TokenHash)
+	events, err := h.SubscribeTimeline(watched, warble.HomeFeed(sess.UserID), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.Logout(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Fatal("event after logout, want the subscription to end")
+		}
+	case <-time.After(eventWait):
+		t.Fatal("subscription did not end at logout")
+	}
+}
+
+// TestHubReconnect kills the hub's pub/sub connection on the Redis side:
+// go-redis reconnects, and the subscribers, who may have lost messages,
+// get a RESYNC, then live events again.
+func TestHubReconnect(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	p := mustCreatePost(t, db, ada.ID, "before")
+	global := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	user := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
+
+	if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, events := range []<-chan *warble.TimelineEvent{global, user} {
+		ev := nextEvent(t, events)
+		if ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(p.Seq) {
+			t.Fatalf("event = %s %q, want RESYNC at the newest post", ev.Kind, ev.Cursor)
+		}
+	}
+	q := mustCreatePost(t, db, ada.ID, "after")
+	wantAdded(t, nextEvent(t, global), q)
+	wantAdded(t, nextEvent(t, user), q)
+}
+
+func TestHubClose(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := NewHub(db)
+	events, err := h.SubscribeTimeline(context.Background(), warble.GlobalFeed(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, ok := <-events; ok {
+		t.Error("event after Close, want the channel closed")
+	}
+	if _, err := h.SubscribeTimeline(context.Background(), warble.GlobalFeed(), nil); err == nil {
+		t.Error("SubscribeTimeline after Close: no error")
+	}
+}
+
+// TestHubChurn subscribes to and leaves one channel over and over, with a
+// reconnect in the middle, so that SUBSCRIBEs and UNSUBSCRIBEs of the
+// channel are in flight together: every subscription must still start, and
+// the last must get live events.
+func TestHubChurn(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	for i := range 200 {
+		if i == 100 {
+			if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		subCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		events, err := h.SubscribeTimeline(subCtx, warble.UserFeed(ada.ID), nil)
+		if err != nil {
+			t.Fatalf("subscription %d: %v", i, err)
+		}
+		cancel()
+		for range events {
+		}
+	}
+	events := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
+	p := mustCreatePost(t, db, ada.ID, "still live")
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			continue // the reconnect's, if it came late
+		}
+		wantAdded(t, ev, p)
+		break
+	}
+	waitFor(t, "Redis to hold one subscription to the channel", func() bool {
+		n, err := db.client.PubSubNumSub(ctx, userChannel(ada.ID)).Result()
+		return err == nil && n[userChannel(ada.ID)] == 1
+	})
+}
