@@ -252,9 +252,16 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 		h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true, ch: ch})
 		h.wg.Add(1)
 		go ch.run()
-		// An error here means the connection is down; go-redis subscribes
-		// again when it reconnects, and that confirmation counts.
-		if err := h.ps.Subscribe(h.ctx, channel); err != nil {
+		// When the write fails, go-redis reconnects and subscribes again
+		// to the channels it knew before this one, so this one is sent
+		// once more. If that fails too, the server is down, and go-redis
+		// subscribes to it with the others when it reconnects; that
+		// confirmation counts.
+		err := h.ps.Subscribe(h.ctx, channel)
+		if err != nil {
+			err = h.ps.Subscribe(h.ctx, channel)
+		}
+		if err != nil {
 			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
 		}
 	}
