@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -582,4 +584,42 @@ func TestHubChurn(t *testing.T) {
 		n, err := db.client.PubSubNumSub(ctx, userChannel(ada.ID)).Result()
 		return err == nil && n[userChannel(ada.ID)] == 1
 	})
+}
+
+// TestHubLateAdd plays the messages of posts that publish out of order:
+// a pull dispatches every post newer than the last one in order, a message
+// of a post it dispatched already is dropped, and a post that lands below
+// what was dispatched becomes a RESYNC.
+func TestHubLateAdd(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	events := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+
+	add := func(seq int64, publish bool) {
+		t.Helper()
+		id := ada.ID + ":" + strconv.FormatInt(seq, 10)
+		db.client.HSet(ctx, postKey(ada.ID, strconv.FormatInt(seq, 10)), "body", "post", "createdAt", "1")
+		db.client.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
+		if publish {
+			db.client.Publish(ctx, globalChannel, encodeAdded(seq, id))
+		}
+	}
+	add(101, false)
+	add(102, true) // 102 publishes before 101
+	for _, want := range []int64{101, 102} {
+		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || eventSeq(t, ev) != want {
+			t.Fatalf("event = %s at %d, want POST_ADDED at %d", ev.Kind, eventSeq(t, ev), want)
+		}
+	}
+	db.client.Publish(ctx, globalChannel, encodeAdded(101, ada.ID+":101")) // dispatched already
+	add(100, true)                                                         // too late
+	add(103, true)
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync || eventSeq(t, ev) != 102 {
+		t.Fatalf("event = %s at %d, want RESYNC at 102", ev.Kind, eventSeq(t, ev))
+	}
+	if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || eventSeq(t, ev) != 103 {
+		t.Fatalf("event = %s at %d, want POST_ADDED at 103", ev.Kind, eventSeq(t, ev))
+	}
 }
