@@ -2,9 +2,12 @@ package redisdb
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,8 +34,10 @@ import (
 // channel its caller reads. Dispatch never blocks: a full queue is replaced
 // by a RESYNC.
 type Hub struct {
-	db *DB
-	ps *redis.PubSub
+	db      *DB
+	ps      *redis.PubSub
+	id      string        // tells this hub's markers from other processes'
+	markers atomic.Uint64 // markers published so far
 
 	ctx    context.Context // Redis reads of the hub's goroutines; cancelled by Close
 	cancel context.CancelFunc
@@ -62,9 +67,30 @@ const (
 	pullLimit        = 200  // posts one pull may dispatch before it sends a RESYNC instead
 	replayLimit      = 1000 // posts a resume may replay before it sends a RESYNC instead
 	recentSeqs       = 512  // dispatched seqs a channel remembers, to drop their late messages
-	initialSeqs      = 32   // newest seqs a channel counts as dispatched when it starts
 	pubsubBuffer     = 4096 // messages go-redis buffers between the connection and the hub
 )
+
+// markerPrefix begins the marker messages that a hub publishes on a
+// timeline channel when it starts listening to it (see hubChannel.start).
+// They are not events: every hub ignores the markers it did not publish,
+// and decodeEvent would reject them.
+const markerPrefix = "M "
+
+// startScript reads the newest seq of a timeline and publishes a marker on
+// the timeline's channel in one atomic step, so that a listener can tell
+// the messages published before the read (which arrive before the marker)
+// from those published after it.
+//
+// KEYS[1] -> a timeline: w:global, w:u:{<id>}:home or w:u:{<id>}:posts
+// ARGV[1] -> the timeline's channel
+// ARGV[2] -> the marker message
+//
+// Returns the newest seq in the timeline, "0" if it is empty.
+var startScript = redis.NewScript(`
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return top[2] or '0'
+`)
 
 // errHubClosed is returned to subscriptions made after Close.
 var errHubClosed = errors.New("live timelines: hub closed")
@@ -83,8 +109,11 @@ type sessionWatch struct{ cancel context.CancelFunc }
 // revocations of session tokens, for WatchSession.
 func NewHub(db *DB) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
+	var id [8]byte
+	rand.Read(id[:])
 	h := &Hub{
 		db:           db,
+		id:           hex.EncodeToString(id[:]),
 		ctx:          ctx,
 		cancel:       cancel,
 		done:         make(chan struct{}),
@@ -488,9 +517,12 @@ type hubChannel struct {
 	subs map[*subscriber]struct{}
 
 	// Owned by run.
-	started bool
-	last    int64    // the highest seq dispatched, or known at the start
-	recent  *seqRing // seqs dispatched lately
+	started     bool
+	last        int64    // the highest seq dispatched, or known at the start
+	recent      *seqRing // seqs dispatched lately
+	startLast   int64    // the newest seq the last start read
+	startMarker string   // the marker the last start published
+	beforeMark  bool     // the last start's marker has not come back yet
 }
 
 // post queues a message for run without waiting. When the queue is full
@@ -520,8 +552,7 @@ func (ch *hubChannel) signal(reconnected bool) {
 }
 
 // run turns the channel's messages into events until the channel is
-// dropped or the hub closes. Messages received before the subscription is
-// confirmed are dropped: the start reads the timeline after them.
+// dropped or the hub closes.
 func (ch *hubChannel) run() {
 	h := ch.hub
 	defer h.wg.Done()
@@ -535,11 +566,26 @@ func (ch *hubChannel) run() {
 			ch.start(reconnected && ch.started)
 		case payload := <-ch.inbox:
 			if !ch.started {
-				continue
+				// The reader signals a confirmation before it posts the
+				// messages received after it, so a message that finds
+				// no confirmation here is one of an earlier
+				// subscription to the channel, dropped with it.
+				select {
+				case <-ch.confirm:
+					ch.start(false)
+				default:
+					continue
+				}
 			}
 			if ch.overflow.Swap(false) {
 				ch.start(true)
 				continue
+			}
+			if strings.HasPrefix(payload, markerPrefix) {
+				if payload == ch.startMarker {
+					ch.beforeMark = false
+				}
+				continue // a marker of an earlier start, or of another process
 			}
 			ev, ok := decodeEvent(payload)
 			if !ok {
@@ -551,21 +597,25 @@ func (ch *hubChannel) run() {
 	}
 }
 
-// start reads the newest entries of the timeline and counts them as
-// dispatched, so that live events begin after them. With resync, messages
-// may have been lost, and the listeners get a RESYNC. Redis errors are
-// retried until the channel goes away.
+// start reads the newest seq of the timeline: live events begin after it.
+// The read publishes a marker on the channel in the same atomic step, so
+// the messages that come before the marker are exactly those published
+// before the read: their posts are at or below the newest seq read, and run
+// drops them, however late the connection delivers them. With resync,
+// messages may have been lost (a reconnect, a full inbox), and the
+// listeners get a RESYNC: their refetch comes after this read. Redis errors
+// are retried until the channel goes away.
 func (ch *hubChannel) start(resync bool) {
 	h := ch.hub
 	// Messages dropped so far are covered by what this reads.
 	ch.overflow.Store(false)
+	marker := markerPrefix + h.id + ":" + strconv.FormatUint(h.markers.Add(1), 10)
 	for attempt := 0; ; attempt++ {
-		entries, err := h.db.rangeFeed(h.ctx, redis.ZRangeArgs{Key: ch.key, Start: 0, Stop: initialSeqs - 1, Rev: true})
+		newest, err := startScript.Run(h.ctx, h.db.client, []string{ch.key}, ch.name, marker).Text()
 		if err == nil {
-			for _, e := range entries {
-				ch.recent.add(e.seq)
-				ch.last = max(ch.last, e.seq)
-			}
+			ch.startLast, _ = strconv.ParseInt(newest, 10, 64)
+			ch.startMarker, ch.beforeMark = marker, true
+			ch.last = max(ch.last, ch.startLast)
 			break
 		}
 		h.db.log.Warn("read timeline for live events", "feed", ch.feed.String(), "err", err)
@@ -593,6 +643,8 @@ func (ch *hubChannel) handle(ev channelEvent) {
 		switch {
 		case ev.seq > ch.last:
 			ch.pull()
+		case ch.beforeMark && ev.seq <= ch.startLast:
+			// Published before the last start read the timeline.
 		case ch.recent.has(ev.seq):
 			// An earlier pull dispatched it already.
 		default:
