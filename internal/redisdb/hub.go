@@ -28,7 +28,10 @@ import (
 // has dispatched, it reads everything newer from the timeline's sorted set,
 // the truth, and dispatches that in order, so posts that published out of
 // order still arrive in order, and a post that lands below what was already
-// dispatched becomes a RESYNC rather than an event out of order.
+// dispatched becomes a RESYNC rather than an event out of order. When the
+// goroutine starts (and after a reconnect) it reads the newest seq and
+// publishes a marker on the channel in one step; messages that arrive before
+// the marker announce posts that the read saw, and are dropped.
 //
 // Each subscription has a bounded queue and a goroutine that feeds the
 // channel its caller reads. Dispatch never blocks: a full queue is replaced
