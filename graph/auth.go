@@ -55,13 +55,16 @@ func authenticate(ctx context.Context, auth warble.AuthService, header string) (
 }
 
 // authInterceptor answers every operation of a request whose token failed
-// with that error, before anything runs.
-func authInterceptor(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-	err, _ := ctx.Value(authErrorKey{}).(error)
-	if err == nil {
-		return next(ctx)
+// with that error, before anything runs. Operation middleware runs outside
+// gqlgen's response context, so the error goes through present here.
+func authInterceptor(present graphql.ErrorPresenterFunc) graphql.OperationMiddleware {
+	return func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		err, _ := ctx.Value(authErrorKey{}).(error)
+		if err == nil {
+			return next(ctx)
+		}
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
 	}
-	return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{graphql.ErrorOnPath(ctx, err).(*gqlerror.Error)}})
 }
 
 // websocketInit authenticates a websocket from its connection_init payload
