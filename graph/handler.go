@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
@@ -14,7 +15,9 @@ import (
 
 // Limits on what one request may ask for.
 const (
-	// MaxComplexity bounds the cost of an operation, where each field costs 1.
+	// MaxComplexity bounds the cost of an operation: each field costs 1,
+	// and a list field costs its page size times its selection (see
+	// complexity). A home page of 100 posts with their authors fits.
 	MaxComplexity = 2000
 	// MaxTokens bounds the size of a query document, in parser tokens.
 	MaxTokens = 5000
@@ -41,15 +44,17 @@ type HandlerConfig struct {
 // websockets (graphql-transport-ws and the legacy graphql-ws). Form and
 // multipart transports are left out on purpose: browsers send those across
 // origins without a CORS preflight.
-func NewHandler(cfg HandlerConfig) *handler.Server {
+func NewHandler(cfg HandlerConfig) http.Handler {
 	keepAlive := cfg.KeepAlive
 	if keepAlive <= 0 {
 		keepAlive = 15 * time.Second
 	}
 	readLimit := int64(MaxWebsocketMessage)
-	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver}))
+	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins}
+	present := ErrorPresenter(cfg.Logger)
+	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
 	srv.AddTransport(transport.Websocket{
-		Implementation:        GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins},
+		Implementation:        ws,
 		InitFunc:              websocketInit(cfg.Resolver.Auth, cfg.Sessions),
 		InitTimeout:           10 * time.Second,
 		KeepAlivePingInterval: keepAlive,
@@ -66,12 +71,12 @@ func NewHandler(cfg HandlerConfig) *handler.Server {
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
 	srv.SetDisableSuggestion(!cfg.Suggestions)
-	srv.SetErrorPresenter(ErrorPresenter(cfg.Logger))
+	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
 	if cfg.Introspection {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
-	srv.AroundOperations(authInterceptor)
-	return srv
+	srv.AroundOperations(authInterceptor(present))
+	return ws.guard(srv)
 }

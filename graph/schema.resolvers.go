@@ -119,7 +119,7 @@ func (r *queryResolver) GlobalTimeline(ctx context.Context, first *int, after *s
 
 // NewestUsers is the resolver for the newestUsers field.
 func (r *queryResolver) NewestUsers(ctx context.Context, first *int) ([]*warble.User, error) {
-	page, err := pageArgs(first, nil, 10)
+	page, err := pageArgs(first, nil, warble.DefaultNewestUsers)
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,9 @@ import (
 
 // Page sizes.
 const (
-	DefaultPageSize = 20
-	MaxPageSize     = 100
+	DefaultPageSize    = 20
+	MaxPageSize        = 100
+	DefaultNewestUsers = 10 // newestUsers has a smaller default page
 )
 
 // FeedKind says which timeline a Feed is.
