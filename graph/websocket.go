@@ -46,6 +46,26 @@ func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts tr
 	return &gorillaConn{conn: conn, writeTimeout: timeout}, nil
 }
 
+// guard refuses websocket handshakes that Accept would refuse, with one
+// JSON error, before gqlgen sees them: when Accept fails, gqlgen writes an
+// error of its own after the upgrader's, and logs the refusal.
+func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch {
+		case !websocket.IsWebSocketUpgrade(r) || r.Method != http.MethodGet:
+			transport.SendErrorf(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.")
+		case !g.checkOrigin(r):
+			transport.SendErrorf(w, http.StatusForbidden, "Websockets from this origin are not allowed.")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
 // checkOrigin allows requests without an Origin (not from a browser), from
 // the server's own origin, and from the allow-list.
 func (g GorillaWebsocket) checkOrigin(r *http.Request) bool {
@@ -57,11 +77,23 @@ func (g GorillaWebsocket) checkOrigin(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	if strings.EqualFold(u.Host, r.Host) {
-		return true
-	}
-	for _, allowed := range g.AllowedOrigins {
-		if allowed == "*" || strings.EqualFold(strings.TrimSuffix(allowed, "/"), origin) {
+	return strings.EqualFold(u.Host, r.Host) || OriginAllowed(g.AllowedOrigins, origin)
+}
+
+// OriginAllowed reports whether origin is on the allow-list: equal to an
+// entry ignoring case and a trailing slash, matched by an entry with one
+// "*" standing for any text ("https://*.example.com"), or allowed by an
+// entry "*". An empty list allows no other origin. The HTTP CORS handler
+// and the websocket check both use it, so that they always agree.
+func OriginAllowed(allowed []string, origin string) bool {
+	origin = strings.ToLower(origin)
+	for _, a := range allowed {
+		a = strings.ToLower(strings.TrimSuffix(a, "/"))
+		if a == "*" || a == origin {
+			return true
+		}
+		if before, after, ok := strings.Cut(a, "*"); ok &&
+			len(origin) >= len(before)+len(after) && strings.HasPrefix(origin, before) && strings.HasSuffix(origin, after) {
 			return true
 		}
 	}
