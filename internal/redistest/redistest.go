@@ -2,7 +2,8 @@
 // servers: a real redis-server on a private unix socket, or the server named
 // by REDIS_URL. Where no redis-server is installed it falls back to the
 // embedded in-memory Redis and logs that it did; with CI set, a missing
-// redis-server fails the test instead.
+// redis-server fails the test instead. REDISTEST_EMBEDDED=1 picks the
+// embedded Redis on purpose, to check that Warble's zero-setup mode works.
 package redistest
 
 import (
@@ -50,14 +51,16 @@ func New(tb testing.TB) *Server {
 		}
 		return &Server{Addr: opts.Addr, Network: opts.Network, URL: url}
 	}
+	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+		return newEmbedded(tb)
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			tb.Fatalf("redistest: redis-server not found and CI is set: install redis-server (%v)", err)
 		}
 		tb.Log("redistest: redis-server not found; using the embedded in-memory Redis instead")
-		m := miniredis.RunT(tb)
-		return &Server{Addr: m.Addr(), Network: "tcp", URL: "redis://" + m.Addr(), mini: m}
+		return newEmbedded(tb)
 	}
 	// Unix socket paths are limited to about 100 bytes, and t.TempDir can be
 	// longer than that, so the socket lives in a short directory of its own.
@@ -75,20 +78,35 @@ func New(tb testing.TB) *Server {
 		"--save", "",
 		"--appendonly", "no",
 		"--loglevel", "warning",
+		"--logfile", filepath.Join(dir, "redis.log"),
 	}
 	s.start(tb, bin)
 	tb.Cleanup(func() {
 		s.stop()
+		if tb.Failed() {
+			// The server's warnings and crash reports may explain the failure.
+			if b, err := os.ReadFile(filepath.Join(dir, "redis.log")); err == nil && len(b) > 0 {
+				tb.Logf("redistest: log of redis-server:\n%s", b)
+			}
+		}
 		os.RemoveAll(dir)
 	})
 	return s
 }
 
+// newEmbedded starts the embedded in-memory Redis that `go run .` uses.
+func newEmbedded(tb testing.TB) *Server {
+	m := miniredis.RunT(tb)
+	return &Server{Addr: m.Addr(), Network: "tcp", URL: "redis://" + m.Addr(), mini: m}
+}
+
+// Embedded reports whether s is the embedded in-memory Redis.
+func (s *Server) Embedded() bool { return s.mini != nil }
+
 func (s *Server) start(tb testing.TB, bin string) {
 	tb.Helper()
 	s.cmd = exec.Command(bin, s.conf...)
-	s.cmd.Stdout = os.Stderr // warnings and crashes show in the test output
-	s.cmd.Stderr = os.Stderr
+	s.cmd.Stderr = os.Stderr // what it says before its log file is open
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("redistest: start redis-server: %v", err)
 	}
