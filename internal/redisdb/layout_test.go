@@ -1,0 +1,88 @@
+package redisdb
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/layout.golden from what the test sees")
+
+// TestLayout pins the Redis data layout: it runs a small scenario through the
+// real services (two users, a follow, a post, a session) and compares every
+// key Redis then holds, with its type, fields and expiry, against
+// testdata/layout.golden. A change to the layout shows as a diff in review;
+// refresh it with go test -run TestLayout -update.
+func TestLayout(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	ada, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := auth.Signup(ctx, warble.SignupInput{Username: "Bob", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFollowService(db).Follow(ctx, bob.User.ID, ada.User.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewPostService(db).CreatePost(ctx, ada.User.ID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+
+	var lines []string
+	keys, err := db.client.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := regexp.MustCompile(`[0-9a-f]{64}`)
+	for _, key := range keys {
+		typ := db.client.Type(ctx, key).Val()
+		line := fmt.Sprintf("%-28s %-6s", hashes.ReplaceAllString(key, "<sha256>"), typ)
+		if typ == "hash" {
+			fields := db.client.HKeys(ctx, key).Val()
+			slices.Sort(fields)
+			line += " " + strings.Join(fields, ",")
+		}
+		if ttl := db.client.TTL(ctx, key).Val(); ttl > 0 {
+			line += " (expires)"
+		}
+		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	slices.Sort(lines)
+	lines = append(lines, "",
+		"channels:",
+		globalChannel,
+		homeChannel(ada.User.ID),
+		userChannel(ada.User.ID),
+		revokedChannel,
+	)
+	got := strings.Join(lines, "\n") + "\n"
+
+	golden := filepath.Join("testdata", "layout.golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestLayout -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("Redis layout changed; if that is intended, run go test -run TestLayout -update and review the diff.\ngot:\n%s\nwant:\n%s", got, want)
+	}
+}
