@@ -1,0 +1,72 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Snapshot returns every key Redis holds with a rendering of its type,
+// value and whether it expires, so that a test can check that a failed call
+// wrote nothing. It reads values by type rather than with DUMP, so that it
+// also works on the embedded in-memory Redis.
+func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	snap := make(map[string]string, len(keys))
+	for _, k := range keys {
+		var v any
+		typ, err := c.Type(ctx, k).Result()
+		if err == nil {
+			switch typ {
+			case "string":
+				v, err = c.Get(ctx, k).Result()
+			case "hash":
+				v, err = c.HGetAll(ctx, k).Result() // fmt prints maps sorted
+			case "set":
+				var members []string
+				members, err = c.SMembers(ctx, k).Result()
+				slices.Sort(members)
+				v = members
+			case "zset":
+				v, err = c.ZRangeWithScores(ctx, k, 0, -1).Result()
+			case "list":
+				v, err = c.LRange(ctx, k, 0, -1).Result()
+			default:
+				err = fmt.Errorf("unexpected type %s", typ)
+			}
+		}
+		if err != nil {
+			tb.Fatalf("snapshot of %s: %v", k, err)
+		}
+		expires := c.TTL(ctx, k).Val() > 0
+		snap[k] = fmt.Sprintf("%s %v expires=%v", typ, v, expires)
+	}
+	return snap
+}
+
+// AssertUnchanged fails tb if Redis differs from before, a Snapshot; what
+// names the operation that was to write nothing.
+func AssertUnchanged(tb testing.TB, c redis.Cmdable, before map[string]string, what string) {
+	tb.Helper()
+	after := Snapshot(tb, c)
+	for k, v := range after {
+		if old, ok := before[k]; !ok {
+			tb.Errorf("%s wrote key %s", what, k)
+		} else if old != v {
+			tb.Errorf("%s changed key %s", what, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			tb.Errorf("%s deleted key %s", what, k)
+		}
+	}
+}
