@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGETServesQueriesOnly(t *testing.T) {
+	s := newTestServer(t)
+	get := func(q string) gqlResponse {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape(q), nil)
+		return s.send(t, req)
+	}
+	if r := get(`{ globalTimeline { edges { cursor } } }`); r.Status != http.StatusOK || len(r.Errors) > 0 {
+		t.Fatalf("query over GET: status %d, errors %+v", r.Status, r.Errors)
+	}
+	r := get(`mutation { signup(input: {username: "viaget", password: "password1"}) { token } }`)
+	if r.Status == http.StatusOK || len(r.Errors) == 0 {
+		t.Fatalf("mutation over GET: status %d, want a refusal", r.Status)
+	}
+	if n := s.redis.Client(t).DBSize(context.Background()).Val(); n != 0 {
+		t.Fatalf("a refused GET mutation wrote %d keys", n)
+	}
+}
+
+func TestRefusesFormAndMultipartBodies(t *testing.T) {
+	s := newTestServer(t)
+	for _, ct := range []string{"application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain"} {
+		body := `query=mutation{signup(input:{username:"viaform",password:"password1"}){token}}`
+		resp, err := http.Post(s.URL+"/graphql", ct, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("POST with %s: status %d, want a refusal", ct, resp.StatusCode)
+		}
+	}
+	if n := s.redis.Client(t).DBSize(context.Background()).Val(); n != 0 {
+		t.Fatalf("refused requests wrote %d keys", n)
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	s := newTestServer(t)
+	big := `{"query":"{ __typename }","variables":{"x":"` + strings.Repeat("a", maxBodyBytes) + `"}}`
+	resp, err := http.Post(s.URL+"/graphql", "application/json", strings.NewReader(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+func TestQueryLimits(t *testing.T) {
+	s := newTestServer(t)
+	deep := `{ globalTimeline(first: 100) { edges { node { author { followers(first: 100) { edges { node {
+		followers(first: 100) { edges { node { username } } } } } } } } } } }`
+	if r := s.query(t, "", deep, nil); r.code() != "COMPLEXITY_LIMIT_EXCEEDED" && len(r.Errors) == 0 {
+		t.Fatalf("an expensive query ran: %+v", r)
+	}
+	huge := "{ " + strings.Repeat("__typename ", 6000) + "}"
+	if r := s.query(t, "", huge, nil); len(r.Errors) == 0 {
+		t.Fatal("a query over the token limit ran")
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	s := newTestServer(t)
+	check := func() (int, string) {
+		resp, err := http.Get(s.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := check(); code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+		t.Fatalf("healthz = %d %s, want 200 ok", code, body)
+	}
+	s.redis.Stop(t)
+	if code, _ := check(); code != http.StatusServiceUnavailable {
+		t.Fatalf("healthz with Redis down = %d, want 503", code)
+	}
+	// With Redis down, errors say nothing of Redis (send checks for leaks).
+	if r := s.query(t, "", `{ globalTimeline { edges { cursor } } }`, nil); r.code() != "INTERNAL" || r.Errors[0].Message != "Internal error." {
+		t.Fatalf("query with Redis down = %+v, want INTERNAL \"Internal error.\"", r.Errors)
+	}
+	s.redis.Restart(t)
+	eventually(t, "healthz recovers", func() bool { code, _ := check(); return code == http.StatusOK })
+}
+
+func TestPlaygroundAndProductionMode(t *testing.T) {
+	dev := newTestServer(t)
+	resp, err := http.Get(dev.URL + "/playground")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte("/graphql")) || !bytes.Contains(bytes.ToLower(b), []byte("graphiql")) {
+		t.Fatalf("playground: %d", resp.StatusCode)
+	}
+	if r := dev.query(t, "", `{ __schema { queryType { name } } }`, nil); len(r.Errors) > 0 {
+		t.Fatalf("introspection in development: %+v", r.Errors)
+	}
+
+	prod := newTestServer(t, func(c *config) {
+		c.Env, c.Playground, c.Introspection = "production", false, false
+	})
+	resp, err = http.Get(prod.URL + "/playground")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Contains(bytes.ToLower(b), []byte("graphiql")) {
+		t.Fatal("playground is served in production")
+	}
+	if r := prod.query(t, "", `{ __schema { queryType { name } } }`, nil); len(r.Errors) == 0 {
+		t.Fatal("introspection works in production")
+	}
+	r := prod.query(t, "", `{ globalTimelin { edges { cursor } } }`, nil)
+	if len(r.Errors) == 0 || strings.Contains(r.Errors[0].Message, "Did you mean") {
+		t.Fatalf("production validation error %+v: want no suggestions", r.Errors)
+	}
+}
+
+func TestProductionConfigFromEnvironment(t *testing.T) {
+	cfg, err := parseConfig(nil, func(k string) string {
+		return map[string]string{"WARBLE_ENV": "production", "PORT": "9999", "CORS_ORIGINS": "https://a.example, https://b.example"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Playground || cfg.Introspection || cfg.Addr != ":9999" || len(cfg.CORSOrigins) != 2 {
+		t.Fatalf("config = %+v", cfg)
+	}
+	if _, err := parseConfig([]string{"-playground=true"}, func(k string) string {
+		return map[string]string{"WARBLE_ENV": "production"}[k]
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}} {
+		if _, err := parseConfig(nil, func(k string) string { return bad[k] }); err == nil {
+			t.Errorf("config %v accepted", bad)
+		}
+	}
+}
+
+func TestCORS(t *testing.T) {
+	// With CORS_ORIGINS unset no other origin may call the API.
+	preflight(t, newTestServer(t), map[string]bool{"https://app.example": false})
+	s := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example", "https://*.staging.example"} })
+	preflight(t, s, map[string]bool{
+		"https://app.example":         true,
+		"https://evil.example":        false,
+		"https://pr7.staging.example": true,
+		"https://staging.example":     false,
+	})
+	// The websocket check uses the same list.
+	for origin, ok := range map[string]bool{"https://pr7.staging.example": true, "https://staging.example": false} {
+		if _, _, err := s.dialWS(t, protoTransportWS, http.Header{"Origin": {origin}}); (err == nil) != ok {
+			t.Errorf("websocket from %s: err %v, want allowed = %v", origin, err, ok)
+		}
+	}
+}
+
+// preflight sends a CORS preflight from each origin and checks that it is
+// allowed exactly when want says.
+func preflight(t *testing.T, s *testServer, want map[string]bool) {
+	t.Helper()
+	for origin, allowed := range want {
+		req, _ := http.NewRequest(http.MethodOptions, s.URL+"/graphql", nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Access-Control-Allow-Origin") == origin; got != allowed {
+			t.Errorf("preflight from %s: allowed = %v, want %v", origin, got, allowed)
+		}
+	}
+}
+
+// TestRunEmbedded runs the whole program in-process with REDIS_URL unset, as
+// `go run .` does on a fresh machine, and uses it end to end.
+func TestRunEmbedded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-host", "127.0.0.1", "-port", "0"}, func(string) string { return "" }, pw)
+		pw.Close()
+	}()
+	var base string
+	logs := bufio.NewScanner(pr)
+	var sawEmbedded bool
+	for logs.Scan() {
+		line := logs.Text()
+		sawEmbedded = sawEmbedded || strings.Contains(line, "embedded in-memory Redis")
+		if i := strings.Index(line, "url=http://"); i >= 0 {
+			base = strings.Fields(line[i+len("url="):])[0]
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if base == "" || !sawEmbedded {
+		t.Fatalf("no listening line (base %q) or no embedded-Redis warning (%v)", base, sawEmbedded)
+	}
+	s := &testServer{URL: base}
+	u := s.signup(t, "embedded")
+	s.post(t, u, "first")
+	// Resuming after "first" makes the next post arrive whether it lands
+	// before the subscription is live (replay) or after (live).
+	after := s.home(t, u, 1).Edges[0].Cursor
+	c := s.connect(t, protoTransportWS, u.Token)
+	c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	s.post(t, u, "from embedded mode")
+	if ev := c.nextEvent("home"); ev.Post == nil || ev.Post.Body != "from embedded mode" {
+		t.Fatalf("event = %+v", ev)
+	}
+
+	cancel() // graceful shutdown also ends the websocket
+	if _, err := c.read(readTimeout); err == nil {
+		t.Fatal("the websocket stayed open after shutdown")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), time.Second); err == nil {
+		t.Fatal("still listening after shutdown")
+	}
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+func TestLiveTimelines(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			s := newTestServer(t)
+			ada := s.signup(t, "ada")
+			bob := s.signup(t, "bob")
+			s.follow(t, ada, bob)
+
+			// Subscribing after a known cursor: nothing after it can be
+			// missed, however long the subscriptions take to start.
+			after := s.syncCursor(t, bob)
+			c := s.connect(t, proto, ada.Token)
+			c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+			c.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+			c.subscribe("bob", `subscription($u: String!, $a: String) { userPosts(username: $u, after: $a) { `+eventFields+` } }`,
+				map[string]any{"u": bob.Username, "a": after})
+
+			id := s.post(t, bob, "hello live")
+			got := map[string]timelineEvent{}
+			for range 3 {
+				m := c.next()
+				ev := decodeEvent(t, m)
+				got[m.ID] = ev
+			}
+			for _, op := range []string{"home", "global", "bob"} {
+				ev := got[op]
+				if ev.Kind != "POST_ADDED" || ev.PostID == nil || *ev.PostID != id || ev.Post == nil ||
+					ev.Post.Body != "hello live" || ev.Post.Author.Username != bob.Username || ev.Cursor == "" {
+					t.Fatalf("%s event = %+v, want POST_ADDED of %s", op, ev, id)
+				}
+			}
+
+			// The event cursor continues a page read exactly.
+			var page struct{ HomeTimeline timelinePage }
+			s.mustQuery(t, ada.Token, `query($a: String) { homeTimeline(after: $a) { `+timelineFields+` } }`,
+				map[string]any{"a": got["home"].Cursor}, &page)
+			if len(page.HomeTimeline.Edges) == 0 || page.HomeTimeline.Edges[0].Node.ID == id {
+				t.Fatalf("page after the event cursor = %q, want the posts before it", page.HomeTimeline.bodies())
+			}
+
+			s.mustQuery(t, bob.Token, `mutation($id: ID!) { deletePost(input: {postId: $id}) { postId } }`, map[string]any{"id": id}, new(any))
+			for range 3 {
+				m := c.next()
+				ev := decodeEvent(t, m)
+				if ev.Kind != "POST_REMOVED" || ev.PostID == nil || *ev.PostID != id || ev.Post != nil {
+					t.Fatalf("%s event after delete = %+v, want POST_REMOVED of %s", m.ID, ev, id)
+				}
+			}
+
+			// Unfollowing rewrites the home timeline: RESYNC.
+			s.mustQuery(t, ada.Token, unfollowMutation, map[string]any{"id": bob.ID}, new(any))
+			ev := c.nextEvent("home")
+			if ev.Kind != "RESYNC" || ev.Cursor == "" || ev.PostID != nil {
+				t.Fatalf("event after unfollow = %+v, want RESYNC with a cursor", ev)
+			}
+
+			c.stop("global")
+			if m := c.next(); m.Type != "complete" || m.ID != "global" {
+				if proto == protoTransportWS || m.Type != "complete" {
+					t.Logf("after stop: %+v", m)
+				}
+			}
+		})
+	}
+}
+
+func decodeEvent(t *testing.T, m wsMessage) timelineEvent {
+	t.Helper()
+	if m.Type != "next" && m.Type != "data" {
+		t.Fatalf("got %s %s %s, want an event", m.Type, m.ID, m.Payload)
+	}
+	var p struct {
+		Data   map[string]timelineEvent
+		Errors []gqlError
+	}
+	if err := jsonUnmarshal(m.Payload, &p); err != nil || len(p.Errors) > 0 {
+		t.Fatalf("event payload %s: %v %+v", m.Payload, err, p.Errors)
+	}
+	for _, ev := range p.Data {
+		return ev
+	}
+	t.Fatalf("event payload %s has no data", m.Payload)
+	return timelineEvent{}
+}
+
+func TestHomeSubscriptionNeedsSession(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			s := newTestServer(t)
+			c := s.connect(t, proto, "")
+			c.subscribe("1", `subscription { homeTimeline { kind } }`, nil)
+			m := c.next()
+			if m.Type != "error" && !strings.Contains(string(m.Payload), "UNAUTHENTICATED") {
+				t.Fatalf("anonymous homeTimeline: %+v, want an UNAUTHENTICATED error", m)
+			}
+			if !strings.Contains(string(m.Payload), "UNAUTHENTICATED") {
+				t.Fatalf("anonymous homeTimeline error %s lacks UNAUTHENTICATED", m.Payload)
+			}
+			c.subscribe("2", `subscription { userPosts(username: "nobody_at_all") { kind } }`, nil)
+			for {
+				m = c.next()
+				if m.ID == "2" && m.Type != "complete" {
+					break
+				}
+			}
+			if !strings.Contains(string(m.Payload), "NOT_FOUND") {
+				t.Fatalf("userPosts of an unknown user: %s, want NOT_FOUND", m.Payload)
+			}
+		})
+	}
+}
+
+func TestBadTokenClosesWebsocketWith4403(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			s := newTestServer(t)
+			c, _, err := s.dialWS(t, proto, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.init("not-a-real-token")
+			var closeErr *websocket.CloseError
+			for {
+				_, err := c.read(readTimeout)
+				if err != nil {
+					if !errors.As(err, &closeErr) {
+						t.Fatalf("read: %v, want a close frame", err)
+					}
+					break
+				}
+			}
+			if closeErr.Code != 4403 {
+				t.Fatalf("close code = %d, want 4403", closeErr.Code)
+			}
+		})
+	}
+}
+
+func TestWebsocketOriginCheck(t *testing.T) {
+	s := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	for origin, ok := range map[string]bool{
+		"https://app.example":  true,
+		"https://evil.example": false,
+		s.URL:                  true, // same origin
+	} {
+		_, resp, err := s.dialWS(t, protoTransportWS, http.Header{"Origin": {origin}})
+		if ok && err != nil {
+			t.Errorf("origin %s refused: %v", origin, err)
+		}
+		if !ok && (err == nil || resp == nil || resp.StatusCode != http.StatusForbidden) {
+			t.Errorf("origin %s: err %v, want a 403 refusal", origin, err)
+		}
+	}
+}
+
+func TestResumeWithAfterHasNoGapAndNoDuplicate(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			s := newTestServer(t)
+			u := s.signup(t, "resumer")
+			for i := range 5 {
+				s.post(t, u, fmt.Sprintf("before %d", i))
+			}
+			page := s.home(t, u, 3) // before 4, 3, 2
+			resumeFrom := page.Edges[2].Cursor
+
+			// Posts keep arriving while the subscription starts.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := range 10 {
+					s.post(t, u, fmt.Sprintf("during %d", i))
+				}
+			}()
+			c := s.connect(t, proto, u.Token)
+			c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": resumeFrom})
+			<-done
+			s.post(t, u, "after")
+
+			want := []string{"before 3", "before 4"}
+			for i := range 10 {
+				want = append(want, fmt.Sprintf("during %d", i))
+			}
+			want = append(want, "after")
+			var last int64
+			for i, w := range want {
+				ev := c.nextEvent("home")
+				if ev.Kind != "POST_ADDED" || ev.Post == nil || ev.Post.Body != w {
+					t.Fatalf("event %d = %+v, want POST_ADDED %q", i, ev, w)
+				}
+				// Cursors are opaque to clients; this test may look inside.
+				seq, err := warble.ParsePostCursor(ev.Cursor)
+				if err != nil || seq <= last {
+					t.Fatalf("event %d cursor %q (seq %d, %v) does not come after seq %d", i, ev.Cursor, seq, err, last)
+				}
+				last = seq
+			}
+			// Nothing more: a duplicate would show up before this marker.
+			s.post(t, u, "end")
+			if ev := c.nextEvent("home"); ev.Post == nil || ev.Post.Body != "end" {
+				t.Fatalf("event after the last = %+v, want \"end\" (a duplicate?)", ev)
+			}
+		})
+	}
+}
+
+func TestResumeFromBeyondTheCapStartsWithResync(t *testing.T) {
+	s := newTestServer(t, func(c *config) { c.GlobalCap = 3 })
+	u := s.signup(t, "capper")
+	s.post(t, u, "old")
+	var first struct{ GlobalTimeline timelinePage }
+	s.mustQuery(t, "", `{ globalTimeline { `+timelineFields+` } }`, nil, &first)
+	old := first.GlobalTimeline.Edges[0].Cursor
+	for i := range 5 {
+		s.post(t, u, fmt.Sprintf("new %d", i))
+	}
+	c := s.connect(t, protoTransportWS, "")
+	c.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": old})
+	if ev := c.nextEvent("g"); ev.Kind != "RESYNC" || ev.Cursor == "" {
+		t.Fatalf("first event = %+v, want RESYNC", ev)
+	}
+	c.subscribe("bad", `subscription { globalTimeline(after: "garbage") { kind } }`, nil)
+	m := c.next()
+	if !strings.Contains(string(m.Payload), "BAD_USER_INPUT") {
+		t.Fatalf("malformed after: %+v, want BAD_USER_INPUT", m)
+	}
+}
+
+func TestLogoutEndsThatSessionsSubscriptions(t *testing.T) {
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			s := newTestServer(t)
+			u := s.signup(t, "leaver")
+			var other struct{ Login struct{ Token string } }
+			s.mustQuery(t, "", `mutation($u: String!) { login(input: {username: $u, password: "correct horse"}) { token } }`,
+				map[string]any{"u": u.Username}, &other)
+
+			after := s.syncCursor(t, u)
+			revoked := s.connect(t, proto, u.Token)
+			revoked.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { kind } }`, map[string]any{"a": after})
+			kept := s.connect(t, proto, other.Login.Token)
+			kept.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+			s.post(t, u, "both see this")
+			revoked.nextEvent("home")
+			kept.nextEvent("home")
+
+			s.mustQuery(t, u.Token, `mutation { logout }`, nil, new(any))
+			for {
+				m, err := revoked.read(readTimeout)
+				if err != nil {
+					var ce *websocket.CloseError
+					if !errors.As(err, &ce) {
+						t.Fatalf("after logout: %v, want the server to close the websocket", err)
+					}
+					break
+				}
+				if m.Type == "next" || m.Type == "data" {
+					t.Fatalf("event after logout: %+v", m)
+				}
+			}
+			still := u
+			still.Token = other.Login.Token
+			s.post(t, still, "still live")
+			if ev := kept.nextEvent("home"); ev.Post == nil || ev.Post.Body != "still live" {
+				t.Fatalf("other session's subscription: %+v, want it to continue", ev)
+			}
+		})
+	}
+}
+
+func TestManySubscriptionsLeakNoGoroutines(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "leaky")
+	// Warm up: the first subscription starts the hub's long-lived goroutines.
+	after := s.syncCursor(t, u)
+	w := s.connect(t, protoTransportWS, u.Token)
+	w.subscribe("w", `subscription($a: String) { globalTimeline(after: $a) { kind } }`, map[string]any{"a": after})
+	s.post(t, u, "warm")
+	w.nextEvent("w")
+	w.conn.Close()
+	time.Sleep(100 * time.Millisecond)
+	base := runtime.NumGoroutine()
+
+	for i := range 60 {
+		c := s.connect(t, protocols[i%2], u.Token)
+		c.subscribe("h", `subscription { homeTimeline { kind } }`, nil)
+		c.subscribe("g", `subscription { globalTimeline { kind } }`, nil)
+		c.subscribe("u", `subscription($u: String!) { userPosts(username: $u) { kind } }`, map[string]any{"u": u.Username})
+		if i%3 == 0 {
+			c.stop("g")
+		}
+		c.conn.Close()
+	}
+	eventually(t, "goroutines return to where they were", func() bool {
+		return runtime.NumGoroutine() <= base+2
+	})
+}
+
+func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
+	// Small socket buffers on the server too, or the kernel would hold
+	// every event for the slow client and it would never fall behind.
+	s := newTestServerOn(t, smallWriteBuffers)
+	u := s.signup(t, "fast")
+	after := s.syncCursor(t, u)
+	slow := s.connectSlow(t)
+	slow.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	fast := s.connect(t, protoTransportWS, "")
+	fast.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	s.post(t, u, "start")
+	slow.nextEvent("g")
+	fast.nextEvent("g")
+
+	// The slow client stops reading; the fast one keeps up throughout.
+	for i := range 1000 {
+		body := fmt.Sprintf("p%d %s", i, strings.Repeat("🐢", 270))
+		s.post(t, u, body)
+		if ev := fast.nextEvent("g"); ev.Post == nil || ev.Post.Body != body {
+			t.Fatalf("fast subscriber got %+v, want %q", ev, body)
+		}
+	}
+	// When the slow one reads again, it has lost events and gets a RESYNC.
+	sawResync := false
+	for range 2000 {
+		m, err := slow.read(2 * time.Second)
+		if err != nil {
+			t.Logf("slow subscriber: %v", err)
+			break
+		}
+		if ev := decodeEvent(t, m); ev.Kind == "RESYNC" {
+			sawResync = true
+			break
+		}
+	}
+	if !sawResync {
+		t.Fatal("the slow subscriber lost events without a RESYNC")
+	}
+}

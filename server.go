@@ -1,0 +1,314 @@
+// Command warble runs the Warble service: a GraphQL API over Redis with live
+// timelines on websockets. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/cors"
+
+	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/redisdb"
+	"github.com/warble/warble/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// maxBodyBytes bounds the body of an HTTP request to /graphql.
+const maxBodyBytes = 1 << 20
+
+// config is Warble's configuration: each setting is an environment variable
+// and a flag, the flag winning.
+type config struct {
+	Addr          string // listen address, from PORT
+	RedisURL      string
+	CORSOrigins   []string
+	Env           string // development or production
+	Playground    bool
+	Introspection bool
+	HomeCap       int
+	GlobalCap     int
+	MaxFollowing  int
+	LogLevel      slog.Level
+	BcryptCost    int // zero for the default; tests lower it
+}
+
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	fs := flag.NewFlagSet("warble", flag.ContinueOnError)
+	envOr := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	port := fs.String("port", envOr("PORT", "8080"), "listen port (env PORT)")
+	host := fs.String("host", envOr("HOST", ""), "listen host; empty for all interfaces (env HOST)")
+	redisURL := fs.String("redis-url", getenv("REDIS_URL"), "redis:// or rediss:// URL; empty for an embedded in-memory Redis (env REDIS_URL)")
+	origins := fs.String("cors-origins", getenv("CORS_ORIGINS"), "comma-separated extra allowed origins (env CORS_ORIGINS)")
+	env := fs.String("env", envOr("WARBLE_ENV", "development"), "development or production (env WARBLE_ENV)")
+	playgroundFlag := fs.String("playground", getenv("WARBLE_PLAYGROUND"), "serve /playground: true or false; default on except in production (env WARBLE_PLAYGROUND)")
+	introspection := fs.String("introspection", getenv("WARBLE_INTROSPECTION"), "allow introspection: true or false; default on except in production (env WARBLE_INTROSPECTION)")
+	homeCap := fs.String("home-cap", envOr("HOME_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultHomeCap)), "entries kept per home timeline (env HOME_TIMELINE_CAP)")
+	globalCap := fs.String("global-cap", envOr("GLOBAL_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultGlobalCap)), "entries kept in the global timeline (env GLOBAL_TIMELINE_CAP)")
+	maxFollowing := fs.String("max-following", envOr("MAX_FOLLOWING", "2000"), "how many users one user may follow (env MAX_FOLLOWING)")
+	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+
+	cfg := config{RedisURL: *redisURL, Env: *env}
+	if _, err := strconv.ParseUint(*port, 10, 16); err != nil {
+		return cfg, fmt.Errorf("PORT %q is not a port number", *port)
+	}
+	cfg.Addr = net.JoinHostPort(*host, *port)
+	for _, o := range strings.Split(*origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			cfg.CORSOrigins = append(cfg.CORSOrigins, o)
+		}
+	}
+	if cfg.Env != "development" && cfg.Env != "production" {
+		return cfg, fmt.Errorf("WARBLE_ENV %q must be development or production", cfg.Env)
+	}
+	var err error
+	dev := cfg.Env == "development"
+	if cfg.Playground, err = parseBool("WARBLE_PLAYGROUND", *playgroundFlag, dev); err != nil {
+		return cfg, err
+	}
+	if cfg.Introspection, err = parseBool("WARBLE_INTROSPECTION", *introspection, dev); err != nil {
+		return cfg, err
+	}
+	for _, n := range []struct {
+		name string
+		text string
+		dst  *int
+	}{{"HOME_TIMELINE_CAP", *homeCap, &cfg.HomeCap}, {"GLOBAL_TIMELINE_CAP", *globalCap, &cfg.GlobalCap}, {"MAX_FOLLOWING", *maxFollowing, &cfg.MaxFollowing}} {
+		if *n.dst, err = strconv.Atoi(n.text); err != nil || *n.dst < 1 {
+			return cfg, fmt.Errorf("%s %q must be a positive whole number", n.name, n.text)
+		}
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+		return cfg, fmt.Errorf("LOG_LEVEL %q: %w", *logLevel, err)
+	}
+	return cfg, nil
+}
+
+func parseBool(name, text string, def bool) (bool, error) {
+	if text == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(text)
+	if err != nil {
+		return false, fmt.Errorf("%s %q must be true or false", name, text)
+	}
+	return b, nil
+}
+
+// run is the whole program: it reads the configuration, connects to Redis,
+// listens, and serves until ctx ends, then shuts down gracefully.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redis.SetLogger(redisLogger{log})
+
+	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	a := newApp(cfg, client, log)
+	defer a.Close()
+
+	// Listen before serving, so that a taken port is an error here rather
+	// than a goroutine's lost complaint.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	return a.serve(ctx, ln)
+}
+
+// openRedis connects to REDIS_URL, or starts the embedded Redis when it is
+// unset.
+func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), error) {
+	if url == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		log.Warn("REDIS_URL is not set: using an embedded in-memory Redis. Data lives in memory only and is gone when Warble stops.")
+		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		return client, func() { client.Close(); m.Close() }, nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	client := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		log.Warn("redis does not answer yet; requests will fail until it does", "addr", opts.Addr, "err", err)
+	} else {
+		log.Info("connected to redis", "addr", opts.Addr, "db", opts.DB)
+	}
+	return client, func() { client.Close() }, nil
+}
+
+// redisLogger sends go-redis's own complaints (a connection pool that cannot
+// dial, a pub/sub reconnect) to slog, so that they carry its format and level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
+
+// app is Warble's services and HTTP handler over one Redis client.
+type app struct {
+	cfg     config
+	log     *slog.Logger
+	db      *redisdb.DB
+	hub     *redisdb.Hub
+	handler http.Handler
+}
+
+func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
+	db := redisdb.NewDB(client, redisdb.Options{
+		HomeCap:      cfg.HomeCap,
+		GlobalCap:    cfg.GlobalCap,
+		MaxFollowing: cfg.MaxFollowing,
+		BcryptCost:   cfg.BcryptCost,
+		Logger:       log,
+	})
+	hub := redisdb.NewHub(db)
+	resolver := &graph.Resolver{
+		Users:   redisdb.NewUserService(db),
+		Auth:    redisdb.NewAuthService(db),
+		Posts:   redisdb.NewPostService(db),
+		Follows: redisdb.NewFollowService(db),
+		Live:    hub,
+	}
+	a := &app{cfg: cfg, log: log, db: db, hub: hub}
+	gql := graph.NewHandler(graph.HandlerConfig{
+		Resolver:       resolver,
+		Sessions:       hub,
+		AllowedOrigins: cfg.CORSOrigins,
+		Introspection:  cfg.Introspection,
+		Suggestions:    cfg.Env != "production",
+		Logger:         log,
+	})
+
+	mux := http.NewServeMux()
+	// Methods are named so that "GET /" below does not claim /graphql's
+	// other methods; anything else gets 405 from the mux.
+	api := limitBody(graph.AuthMiddleware(resolver.Auth, gql))
+	mux.Handle("GET /graphql", api)
+	mux.Handle("POST /graphql", api)
+	mux.Handle("OPTIONS /graphql", api)
+	if cfg.Playground {
+		mux.Handle("GET /playground", playground.Handler("Warble", "/graphql"))
+	}
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.Handle("GET /", web.Handler())
+
+	corsOptions := cors.Options{
+		// A func rather than AllowedOrigins: rs/cors reads an empty list as
+		// "any origin", and CORS_ORIGINS unset means none but our own.
+		AllowOriginFunc: func(origin string) bool { return graph.OriginAllowed(cfg.CORSOrigins, origin) },
+		AllowedMethods:  []string{http.MethodGet, http.MethodPost},
+		AllowedHeaders:  []string{"Authorization", "Content-Type", "Accept"},
+		MaxAge:          600,
+	}
+	a.handler = cors.New(corsOptions).Handler(mux)
+	return a
+}
+
+// Close ends every live subscription.
+func (a *app) Close() error { return a.hub.Close() }
+
+// serve answers requests on ln until ctx ends, then stops accepting, ends
+// websocket subscriptions (their contexts derive from BaseContext) and waits
+// for requests in flight.
+func (a *app) serve(ctx context.Context, ln net.Listener) error {
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("warble is listening", "url", "http://"+ln.Addr().String(), "env", a.cfg.Env, "playground", a.cfg.Playground)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	cancelBase() // ends websockets, which Shutdown does not wait for
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// healthz answers 200 when Redis answers, 503 otherwise.
+func (a *app) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := a.db.Ping(ctx); err != nil {
+		a.log.Warn("health check: redis unavailable", "err", err)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"unavailable","redis":"down"}`+"\n")
+		return
+	}
+	io.WriteString(w, `{"status":"ok","redis":"up"}`+"\n")
+}
+
+// limitBody refuses request bodies over maxBodyBytes with 413.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBodyBytes {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			io.WriteString(w, `{"errors":[{"message":"The request body is too large.","extensions":{"code":"BAD_USER_INPUT"}}]}`+"\n")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
