@@ -126,7 +126,7 @@ func ParseFollowCursor(cursor string) (ms int64, userID string, err error) {
 	}
 	msText, userID, found := strings.Cut(raw, ":")
 	ms, perr := strconv.ParseInt(msText, 10, 64)
-	if !found || perr != nil || ms < 0 || !ValidUserID(userID) {
+	if !found || perr != nil || ms < 0 || strconv.FormatInt(ms, 10) != msText || !ValidUserID(userID) {
 		return 0, "", errBadCursor
 	}
 	return ms, userID, nil
@@ -143,7 +143,10 @@ func decodeCursor(cursor, kind string) (string, bool) {
 		return "", false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || !strings.HasPrefix(string(b), kind) {
+	// The decoder skips CR and LF and ignores the unused low bits of the
+	// last character, so several strings decode alike. Only the one that
+	// encodeCursor makes is a cursor: one position, one cursor.
+	if err != nil || encodeCursor(string(b)) != cursor || !strings.HasPrefix(string(b), kind) {
 		return "", false
 	}
 	return string(b[len(kind):]), true
