@@ -1,0 +1,127 @@
+// Pieces of UI shared by the screens: avatars, posts, times, user rows and
+// the confirmation dialog.
+
+import { h } from './dom.js';
+import { tokenize } from './text.js';
+import { relativeTime, exactTime } from './time.js';
+
+/** A colored circle with initials; the hue comes from the username. */
+export function avatar(user, size = 'md') {
+  const initials = [...(user.displayName || user.username).trim()]
+    .filter((ch) => /\p{L}|\p{N}/u.test(ch))
+    .slice(0, 1)
+    .join('')
+    .toUpperCase() || '?';
+  const el = h('span', { class: `avatar avatar-${size}`, 'aria-hidden': 'true' }, initials);
+  el.style.setProperty('--hue', String(hue(user.username)));
+  return el;
+}
+
+function hue(text) {
+  let n = 0;
+  for (const ch of text.toLowerCase()) n = (n * 31 + ch.codePointAt(0)) % 360;
+  return n;
+}
+
+/** <time> showing a relative time, the exact one on hover; kept fresh by refreshTimes. */
+export function timeEl(iso) {
+  return h('time', { datetime: iso, title: exactTime(iso), 'data-relative': '' }, relativeTime(iso));
+}
+
+/** Updates every relative time on the page ("now" becomes "1m"…). */
+export function refreshTimes(root = document) {
+  const now = new Date();
+  for (const el of root.querySelectorAll('time[data-relative]')) {
+    const text = relativeTime(el.dateTime, now);
+    if (el.textContent !== text) el.textContent = text;
+  }
+}
+
+export function profileHref(username) {
+  return `/u/${encodeURIComponent(username)}`;
+}
+
+/** The body of a post, with links and @mentions as real links. */
+function postBody(body) {
+  return h('p', { class: 'post-body' }, tokenize(body).map((part) => {
+    switch (part.type) {
+      case 'link':
+        return h('a', { href: part.href, rel: 'noopener noreferrer nofollow ugc', target: '_blank' }, part.text);
+      case 'mention':
+        return h('a', { href: profileHref(part.username) }, part.text);
+      default:
+        return part.text;
+    }
+  }));
+}
+
+/**
+ * One post as an <article>. `onDelete` is given only for the viewer's own
+ * posts and adds a Delete button.
+ */
+export function postEl(post, { onDelete, live = false } = {}) {
+  const { author } = post;
+  const nameId = `post-${post.id}-author`.replace(/[^\w-]/g, '_');
+  return h('article', { class: live ? 'post post-new' : 'post', 'data-post-id': post.id, 'aria-labelledby': nameId, tabindex: '-1' },
+    h('a', { class: 'post-avatar', href: profileHref(author.username), tabindex: '-1', 'aria-hidden': 'true' }, avatar(author)),
+    h('div', { class: 'post-main' },
+      h('header', { class: 'post-head' },
+        h('span', { class: 'post-meta' },
+          h('a', { class: 'post-author', href: profileHref(author.username), id: nameId }, author.displayName),
+          h('span', { class: 'post-handle' }, `@${author.username}`),
+          h('span', { class: 'post-dot', 'aria-hidden': 'true' }, '·'),
+          timeEl(post.createdAt)),
+        onDelete && h('button', { type: 'button', class: 'button-quiet button-danger post-delete', onclick: () => onDelete(post) }, 'Delete')),
+      postBody(post.body)));
+}
+
+/** A row in a list of users. */
+export function userRow(user, { note } = {}) {
+  return h('li', { class: 'user-row' },
+    h('a', { class: 'user-link', href: profileHref(user.username) },
+      avatar(user),
+      h('span', { class: 'user-names' },
+        h('span', { class: 'user-name' }, user.displayName),
+        h('span', { class: 'user-handle' }, `@${user.username}`))),
+    note,
+    user.followsViewer && h('span', { class: 'badge' }, 'Follows you'));
+}
+
+/**
+ * Asks a yes/no question in a modal <dialog> (focus is trapped in it and
+ * Escape cancels, natively). Resolves to true when confirmed.
+ */
+export function confirmDialog({ title, text, confirmLabel, danger = false }) {
+  return new Promise((resolve) => {
+    const titleId = 'confirm-title';
+    const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId },
+      h('form', { method: 'dialog' },
+        h('h2', { id: titleId }, title),
+        text && h('p', {}, text),
+        h('div', { class: 'dialog-actions' },
+          h('button', { value: 'cancel', class: 'button-secondary' }, 'Cancel'),
+          h('button', { value: 'confirm', class: danger ? 'button-danger-solid' : 'button-primary' }, confirmLabel))));
+    dialog.addEventListener('close', () => {
+      dialog.remove();
+      resolve(dialog.returnValue === 'confirm');
+    });
+    document.body.append(dialog);
+    dialog.showModal();
+    // Start on Cancel: a stray Enter should not delete anything.
+    dialog.querySelector('button[value="cancel"]').focus();
+  });
+}
+
+/** A message in the page's alert region, cleared after a while. */
+let noticeTimer = null;
+export function notify(message) {
+  const region = document.getElementById('notices');
+  region.replaceChildren(h('p', { class: 'notice' }, message));
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => region.replaceChildren(), 8000);
+}
+
+/** A heading that screens focus after navigation. */
+export function pageHeading(text, { hidden = false } = {}) {
+  return h('h1', { tabindex: '-1', class: hidden ? 'visually-hidden' : 'page-title' }, text);
+}

@@ -1,0 +1,41 @@
+// Explore: everyone's posts, live, and the newest accounts.
+
+import { h } from '../dom.js';
+import { describeError } from '../errors.js';
+import { liveTimeline } from '../timeline.js';
+import { pageHeading, userRow } from '../ui.js';
+import { GLOBAL_EVENTS, GLOBAL_TIMELINE, NEWEST_USERS } from '../queries.js';
+
+export function exploreView(app, _params, signal) {
+  app.setTitle('Explore');
+  const timeline = liveTimeline({
+    app,
+    signal,
+    label: 'Everyone’s posts',
+    fetchPage: async (vars) => (await app.client.request(GLOBAL_TIMELINE, vars)).globalTimeline,
+    subscription: (after) => ({ query: GLOBAL_EVENTS, variables: after ? { after } : {} }),
+    pickEvent: (data) => data?.globalTimeline,
+    emptyText: 'Nobody has posted yet.',
+  });
+
+  const users = h('ul', { class: 'user-list', 'aria-busy': 'true' });
+  app.main.append(h('div', { class: 'columns' },
+    h('section', { class: 'card timeline-card', 'aria-labelledby': 'explore-heading' },
+      pageHeading('Explore'),
+      h('h2', { id: 'explore-heading', class: 'section-title' }, 'Everyone’s posts'),
+      timeline.element),
+    h('aside', { class: 'card side', 'aria-labelledby': 'newest-heading' },
+      h('h2', { id: 'newest-heading', class: 'section-title' }, 'New on Warble'),
+      users)));
+
+  app.client.request(NEWEST_USERS, { first: 8 })
+    .then(({ newestUsers }) => {
+      if (signal.aborted) return;
+      users.replaceChildren(...newestUsers.map((user) => userRow(user)));
+      if (!newestUsers.length) users.append(h('li', { class: 'empty' }, 'No accounts yet.'));
+    })
+    .catch((error) => {
+      if (!signal.aborted) users.replaceChildren(h('li', { class: 'form-error' }, describeError(error)));
+    })
+    .finally(() => users.setAttribute('aria-busy', 'false'));
+}
