@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -314,8 +315,10 @@ func TestManySubscriptionsLeakNoGoroutines(t *testing.T) {
 
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	// Small socket buffers on the server too, or the kernel would hold
-	// every event for the slow client and it would never fall behind.
-	s := newTestServerOn(t, smallWriteBuffers)
+	// every event for the slow client and it would never fall behind. A
+	// long write timeout keeps the slow client connected throughout (see
+	// TestStalledClientIsDisconnected for what a short one does).
+	s := newTestServerOn(t, smallWriteBuffers, func(c *config) { c.WriteTimeout = 2 * time.Minute })
 	u := s.signup(t, "fast")
 	after := s.syncCursor(t, u)
 	slow := s.connectSlow(t)
@@ -335,13 +338,18 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 		}
 	}
 	// When the slow one reads again, it has lost events and gets a RESYNC.
+	// Reads wait the full safety-net time: after seconds of a closed
+	// receive window, the server's TCP probes for it back off to seconds
+	// apart, so the first bytes after the pause can take that long.
 	sawResync := false
+	n := 0
 	for range 2000 {
-		m, err := slow.read(2 * time.Second)
+		m, err := slow.read(readTimeout)
 		if err != nil {
-			t.Logf("slow subscriber: %v", err)
+			t.Logf("slow subscriber after %d messages: %v", n, err)
 			break
 		}
+		n++
 		if ev := decodeEvent(t, m); ev.Kind == "RESYNC" {
 			sawResync = true
 			break
@@ -350,4 +358,42 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	if !sawResync {
 		t.Fatal("the slow subscriber lost events without a RESYNC")
 	}
+}
+
+// TestStalledClientIsDisconnected checks that a client that stops reading
+// for longer than the write timeout is disconnected, and that its
+// subscription is released with it: the hub's Redis subscription to the
+// channel, which only that client wanted, goes away.
+func TestStalledClientIsDisconnected(t *testing.T) {
+	s := newTestServerOn(t, smallWriteBuffers, func(c *config) { c.WriteTimeout = 300 * time.Millisecond })
+	u := s.signup(t, "stalled")
+	after := s.syncCursor(t, u)
+	slow := s.connectSlow(t)
+	slow.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	s.post(t, u, "start")
+	slow.nextEvent("g")
+
+	rdb := s.redis.Client(t)
+	numSub := func() int64 {
+		n, err := rdb.PubSubNumSub(context.Background(), "w:ch:global").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n["w:ch:global"]
+	}
+	if n := numSub(); n != 1 {
+		t.Fatalf("subscribers of the global channel = %d, want the hub's 1", n)
+	}
+	// Enough to fill the socket buffers, so that a write blocks past the
+	// timeout while the client reads nothing.
+	for i := range 100 {
+		s.post(t, u, fmt.Sprintf("p%d %s", i, strings.Repeat("🐢", 270)))
+	}
+	eventually(t, "the stalled client's subscription is released", func() bool { return numSub() == 0 })
+	for range 200 {
+		if _, err := slow.read(readTimeout); err != nil {
+			return // closed by the server, after what the buffers held
+		}
+	}
+	t.Fatal("the stalled client is still connected")
 }

@@ -53,7 +53,8 @@ type config struct {
 	GlobalCap     int
 	MaxFollowing  int
 	LogLevel      slog.Level
-	BcryptCost    int // zero for the default; tests lower it
+	BcryptCost    int           // zero for the default; tests lower it
+	WriteTimeout  time.Duration // of each websocket write; zero for the default
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -222,6 +223,7 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		Introspection:  cfg.Introspection,
 		Suggestions:    cfg.Env != "production",
 		Logger:         log,
+		WriteTimeout:   cfg.WriteTimeout,
 	})
 
 	mux := http.NewServeMux()

@@ -38,6 +38,10 @@ type HandlerConfig struct {
 	// on graphql-ws, ping (expecting pong) on graphql-transport-ws. Zero
 	// means 15 seconds.
 	KeepAlive time.Duration
+
+	// WriteTimeout bounds each websocket write; a client that takes longer
+	// to accept one is disconnected. Zero means 10 seconds.
+	WriteTimeout time.Duration
 }
 
 // NewHandler returns the GraphQL handler for POST, GET (queries only) and
@@ -50,7 +54,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		keepAlive = 15 * time.Second
 	}
 	readLimit := int64(MaxWebsocketMessage)
-	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins}
+	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout}
 	present := ErrorPresenter(cfg.Logger)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
 	srv.AddTransport(transport.Websocket{

@@ -123,11 +123,22 @@ func (c *gorillaConn) NextReader() (int, io.Reader, error) {
 	return typ, r, err
 }
 
+// WriteJSON writes one message within the write timeout. A failed write
+// closes the connection: gqlgen only reports write errors and goes on, and
+// after a timeout gorilla cannot write on that connection again, so without
+// this a stalled client would keep its subscriptions running for a socket
+// that can no longer carry them. The close makes gqlgen's read fail, which
+// ends the connection and its subscriptions; the client reconnects and
+// resumes with after:.
 func (c *gorillaConn) WriteJSON(v any) error {
-	if err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
-		return err
+	err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	if err == nil {
+		err = c.conn.WriteJSON(v)
 	}
-	return c.conn.WriteJSON(v)
+	if err != nil {
+		c.conn.Close()
+	}
+	return err
 }
 
 func (c *gorillaConn) WriteClose(code int, message string) error {
