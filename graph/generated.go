@@ -802,22 +802,52 @@ type User implements Node {
   followingCount: Int!
   "How many posts this user has written and not deleted."
   postsCount: Int!
-  "This user's own posts, newest first. ` + "`" + `first` + "`" + ` is 1 to 100."
-  posts(first: Int = 20, after: String): Timeline!
-  "Who follows this user, most recent follow first. ` + "`" + `first` + "`" + ` is 1 to 100."
-  followers(first: Int = 20, after: String): UserConnection!
-  "Whom this user follows, most recent follow first. ` + "`" + `first` + "`" + ` is 1 to 100."
-  following(first: Int = 20, after: String): UserConnection!
+  "This user's own posts, newest first."
+  posts(
+    "How many posts to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + `, or the ` + "`" + `cursor` + "`" + ` of an edge or event of this same timeline."
+    after: String
+  ): Timeline!
+  "Who follows this user, most recent follow first."
+  followers(
+    "How many users to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + ` or an edge's ` + "`" + `cursor` + "`" + ` from this same list."
+    after: String
+  ): UserConnection!
+  "Whom this user follows, most recent follow first."
+  following(
+    "How many users to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + ` or an edge's ` + "`" + `cursor` + "`" + ` from this same list."
+    after: String
+  ): UserConnection!
   "Whether the signed-in user follows this user. False when signed out."
   viewerIsFollowing: Boolean!
   "Whether this user follows the signed-in user. False when signed out."
   followsViewer: Boolean!
   "Users who follow both the signed-in user and this user. Empty when signed out."
-  commonFollowers(first: Int = 20, after: String): UserConnection!
+  commonFollowers(
+    "How many users to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + ` or an edge's ` + "`" + `cursor` + "`" + ` from this same list."
+    after: String
+  ): UserConnection!
   "Users whom both the signed-in user and this user follow. Empty when signed out."
-  commonFollowing(first: Int = 20, after: String): UserConnection!
+  commonFollowing(
+    "How many users to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + ` or an edge's ` + "`" + `cursor` + "`" + ` from this same list."
+    after: String
+  ): UserConnection!
   "This user's followers whom the signed-in user follows. Empty when signed out."
-  followersYouFollow(first: Int = 20, after: String): UserConnection!
+  followersYouFollow(
+    "How many users to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + ` or an edge's ` + "`" + `cursor` + "`" + ` from this same list."
+    after: String
+  ): UserConnection!
 }
 
 "A short message written by a user."
@@ -868,19 +898,39 @@ type UserEdge {
   followedAt: Time
 }
 
+"The entry points for reading."
 type Query {
   "The signed-in user, or null without a session."
   viewer: User
   "The user with this username, matched ignoring case, or null."
-  user(username: String!): User
+  user(
+    "The username, matched ignoring case."
+    username: String!
+  ): User
   "The user or post with this global id, or null."
-  node(id: ID!): Node
-  "The signed-in user's posts and the posts of everyone they follow, newest first. Needs a session. ` + "`" + `first` + "`" + ` is 1 to 100."
-  homeTimeline(first: Int = 20, after: String): Timeline!
-  "Everyone's latest posts, newest first. ` + "`" + `first` + "`" + ` is 1 to 100."
-  globalTimeline(first: Int = 20, after: String): Timeline!
-  "The users who signed up most recently, newest first. ` + "`" + `first` + "`" + ` is 1 to 100."
-  newestUsers(first: Int = 10): [User!]!
+  node(
+    "A global id, as an ` + "`" + `id` + "`" + ` field returned it."
+    id: ID!
+  ): Node
+  "The signed-in user's posts and the posts of everyone they follow, newest first. Needs a session."
+  homeTimeline(
+    "How many posts to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + `, or the ` + "`" + `cursor` + "`" + ` of an edge or event of this same timeline."
+    after: String
+  ): Timeline!
+  "Everyone's latest posts, newest first."
+  globalTimeline(
+    "How many posts to return, 1 to 100."
+    first: Int = 20
+    "Start right after this cursor: a page's ` + "`" + `endCursor` + "`" + `, or the ` + "`" + `cursor` + "`" + ` of an edge or event of this same timeline."
+    after: String
+  ): Timeline!
+  "The users who signed up most recently, newest first."
+  newestUsers(
+    "How many users to return, 1 to 100."
+    first: Int = 10
+  ): [User!]!
 }
 
 "What a person gives to create an account."
@@ -947,21 +997,40 @@ type FollowPayload {
   viewer: User!
 }
 
+"The entry points for changing things. Every one but ` + "`" + `signup` + "`" + ` and ` + "`" + `login` + "`" + ` needs a session."
 type Mutation {
   "Creates an account and signs in to it."
-  signup(input: SignupInput!): AuthPayload!
+  signup(
+    "The new account."
+    input: SignupInput!
+  ): AuthPayload!
   "Signs in, opening a new session; sessions on other devices stay open."
-  login(input: LoginInput!): AuthPayload!
+  login(
+    "The account and its password."
+    input: LoginInput!
+  ): AuthPayload!
   "Revokes the session this request used and ends its subscriptions. Needs a session."
   logout: Boolean!
   "Writes a post. Needs a session."
-  createPost(input: CreatePostInput!): CreatePostPayload!
+  createPost(
+    "The post to write."
+    input: CreatePostInput!
+  ): CreatePostPayload!
   "Deletes one of the signed-in user's posts from every timeline. Needs a session."
-  deletePost(input: DeletePostInput!): DeletePostPayload!
+  deletePost(
+    "The post to delete."
+    input: DeletePostInput!
+  ): DeletePostPayload!
   "Follows a user and copies their recent posts into the home timeline. Repeating it changes nothing. Needs a session."
-  follow(input: FollowInput!): FollowPayload!
+  follow(
+    "The user to follow."
+    input: FollowInput!
+  ): FollowPayload!
   "Stops following a user and removes their posts from the home timeline. Repeating it changes nothing. Needs a session."
-  unfollow(input: FollowInput!): FollowPayload!
+  unfollow(
+    "The user to stop following."
+    input: FollowInput!
+  ): FollowPayload!
 }
 
 "What happened to a timeline."
@@ -986,13 +1055,25 @@ type TimelineEvent {
   post: Post
 }
 
+"Live timelines, over a websocket (` + "`" + `graphql-transport-ws` + "`" + ` or the legacy ` + "`" + `graphql-ws` + "`" + `)."
 type Subscription {
   "Changes to the signed-in user's home timeline. Needs a session (token in ` + "`" + `connection_init` + "`" + `). With ` + "`" + `after` + "`" + `, first replays every newer post, oldest first."
-  homeTimeline(after: String): TimelineEvent!
+  homeTimeline(
+    "Resume after this cursor: every newer post is replayed first, oldest first, then events go on live. A cursor older than the timeline still holds starts with RESYNC instead."
+    after: String
+  ): TimelineEvent!
   "Changes to the global timeline. With ` + "`" + `after` + "`" + `, first replays every newer post, oldest first."
-  globalTimeline(after: String): TimelineEvent!
+  globalTimeline(
+    "Resume after this cursor: every newer post is replayed first, oldest first, then events go on live. A cursor older than the timeline still holds starts with RESYNC instead."
+    after: String
+  ): TimelineEvent!
   "New and deleted posts of one user. With ` + "`" + `after` + "`" + `, first replays every newer post, oldest first."
-  userPosts(username: String!, after: String): TimelineEvent!
+  userPosts(
+    "Whose posts, matched ignoring case."
+    username: String!
+    "Resume after this cursor: every newer post is replayed first, oldest first, then events go on live. A cursor older than the timeline still holds starts with RESYNC instead."
+    after: String
+  ): TimelineEvent!
 }
 `, BuiltIn: false},
 }

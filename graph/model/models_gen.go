@@ -2,11 +2,14 @@
 
 package model
 
+// The entry points for changing things. Every one but `signup` and `login` needs a session.
 type Mutation struct {
 }
 
+// The entry points for reading.
 type Query struct {
 }
 
+// Live timelines, over a websocket (`graphql-transport-ws` or the legacy `graphql-ws`).
 type Subscription struct {
 }
