@@ -84,7 +84,7 @@ func TestHandlerKeeps404ForMissingFiles(t *testing.T) {
 
 func TestHandlerDoesNotServeTests(t *testing.T) {
 	// The tests live beside static/, not in it, so they stay out of the binary.
-	res, _ := get(t, Handler(), "/test/graphql.test.mjs")
+	res, _ := get(t, Handler(), "/unit/graphql.test.mjs")
 	if res.StatusCode != http.StatusNotFound {
 		t.Fatalf("status %d, want 404", res.StatusCode)
 	}

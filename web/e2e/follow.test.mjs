@@ -51,9 +51,11 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   // The followers tab lists Hal now; it is a deep link too.
   await page.getByRole('link', { name: 'Followers', exact: true }).click();
   await page.waitForURL(`**/u/${gus.user.username}/followers`);
-  await page.getByRole('link', { name: /Hal Abelson/ }).waitFor();
+  const followers = page.getByRole('region', { name: 'People following Gus Grissom' });
+  await followers.getByRole('link', { name: /Hal Abelson/ }).waitFor();
   await page.reload();
-  await page.getByRole('link', { name: /Ida Noddack/ }).waitFor();
+  await followers.getByRole('link', { name: /Ida Noddack/ }).waitFor();
+  await followers.getByRole('link', { name: /Jo Ann/ }).waitFor();
 
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Home' }).click();
   for (const n of [1, 2, 3]) await page.getByRole('article').filter({ hasText: `Gus post number ${n}` }).waitFor();
@@ -69,6 +71,21 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   await page.getByRole('button', { name: 'Follow', exact: true }).waitFor();
   await page.goto('/');
   await page.getByText('Your timeline is empty.').waitFor();
+});
+
+e2e('a follow made in another tab refreshes an open home timeline (RESYNC)', () => env, async (t, scene) => {
+  const { api } = env.stack;
+  const oli = await api.signup(uniqueName('oli'));
+  const pat = await api.signup(uniqueName('pat'));
+  await api.post(oli.token, 'Oli wrote this before Pat followed');
+  const page = await scene.page({ token: pat.token });
+  await page.getByText('Your timeline is empty.').waitFor();
+  await waitLive(page);
+  await page.evaluate(() => { window.notReloaded = true; });
+
+  await api.follow(pat.token, oli.user.id); // the timeline is rewritten: RESYNC
+  await page.getByRole('article').filter({ hasText: 'Oli wrote this before Pat followed' }).waitFor();
+  assert.equal(await page.evaluate(() => window.notReloaded), true);
 });
 
 e2e('load more pages through older posts', () => env, async (t, scene) => {

@@ -204,9 +204,12 @@ export async function startStack() {
     api: apiClient(baseURL),
     /** The server's recent log, for failure messages. */
     serverLog: () => server?.logText() ?? '',
-    /** Kills the server process (SIGKILL: no goodbye to the websockets). */
-    async killServer() {
-      await stop(server, { signal: 'SIGKILL' });
+    /**
+     * Stops the server process: SIGTERM for a graceful stop (the server
+     * completes subscriptions and closes websockets), SIGKILL for a crash.
+     */
+    async killServer(signal = 'SIGKILL') {
+      await stop(server, { signal });
       server = null;
     },
     /** Starts the server again on the same port and the same Redis. */

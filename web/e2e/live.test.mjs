@@ -112,3 +112,52 @@ e2e('the connection indicator is a status element that says Live', () => env, as
   assert.equal(await status.count(), 1);
   await eventually(async () => (await status.getAttribute('data-state')) === 'live');
 });
+
+/** Presses Tab until `matches(activeElement)` holds, at most `max` times. */
+async function tabTo(page, matches, max = 40) {
+  for (let i = 0; i < max; i++) {
+    await page.keyboard.press('Tab');
+    if (await page.evaluate(matches)) return;
+  }
+  throw new Error(`no focusable element matched ${matches} within ${max} Tabs`);
+}
+
+e2e('keyboard only: skip to content, post, and delete with confirmation', () => env, async (t, scene) => {
+  const { api } = env.stack;
+  const kay = await api.signup(uniqueName('kay'));
+  await api.post(kay.token, 'An earlier post by Kay');
+  const page = await scene.page({ token: kay.token });
+  await page.getByRole('article').first().waitFor();
+  await waitLive(page);
+
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Skip to content');
+  await page.keyboard.press('Enter');
+  await tabTo(page, () => document.activeElement.matches('textarea'));
+  await page.keyboard.type('Written without a mouse');
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Post');
+  await page.keyboard.press('Enter');
+  const post = page.getByRole('article').filter({ hasText: 'Written without a mouse' });
+  await post.waitFor();
+
+  await tabTo(page, () => document.activeElement.textContent === 'Delete'
+    && document.activeElement.closest('article').textContent.includes('Written without a mouse'));
+  await page.keyboard.press('Enter');
+  const dialog = page.getByRole('dialog', { name: 'Delete this post?' });
+  await dialog.waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Cancel', 'a stray Enter cancels');
+  await page.keyboard.press('Escape');
+  await dialog.waitFor({ state: 'detached' });
+  assert.equal(await post.count(), 1, 'Escape keeps the post');
+
+  await tabTo(page, () => document.activeElement.textContent === 'Delete'
+    && document.activeElement.closest('article').textContent.includes('Written without a mouse'));
+  await page.keyboard.press('Enter');
+  await dialog.waitFor();
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Delete');
+  await page.keyboard.press('Enter');
+  await post.waitFor({ state: 'detached' });
+  await page.getByRole('article').filter({ hasText: 'An earlier post by Kay' }).waitFor();
+});

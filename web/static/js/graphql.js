@@ -3,7 +3,7 @@
 // protocol, reconnecting with exponential backoff.
 //
 // It knows nothing about the DOM, so node's test runner can drive it with a
-// fake WebSocket, fake fetch and fake timers (see web/test/).
+// fake WebSocket, fake fetch and fake timers (see web/unit/).
 //
 // Resuming after a reconnect is the caller's part: a subscription's
 // variables may be a function, called each time the subscription is

@@ -155,17 +155,32 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
     notify('Post deleted.');
   }
 
+  // A timeline never ends by itself: the server completes it when it shuts
+  // down gracefully or the session is revoked, and closes the socket right
+  // after. So a completed subscription is started again, resuming, after a
+  // pause that lets the close arrive first: the client then reconnects (and
+  // a revoked token surfaces as close code 4403).
+  let stopSubscription = () => {};
+  let restartTimer = null;
+  let restarts = 0;
+  signal.addEventListener('abort', () => {
+    clearTimeout(restartTimer);
+    stopSubscription();
+  }, { once: true });
+
   function subscribe() {
-    const stop = app.client.subscribe({
+    if (signal.aborted) return;
+    stopSubscription = app.client.subscribe({
       ...subscription(null),
       variables: ({ resumed }) => {
         // With nothing shown there is no cursor to resume from; reload the
         // page instead, in case posts arrived while we were away.
-        if (resumed && model.newestCursor === null) refetch();
+        if ((resumed || restarts > 0) && model.newestCursor === null) refetch();
         return subscription(model.newestCursor).variables;
       },
     }, {
       next(data) {
+        restarts = 0;
         const event = pickEvent(data);
         if (!event) return;
         const change = model.apply(event);
@@ -178,8 +193,13 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
       error(error) {
         if (!signal.aborted) showProblem(error, subscribe);
       },
+      complete() {
+        if (signal.aborted) return;
+        const delay = Math.min(30_000, 1000 * 2 ** restarts);
+        restarts += 1;
+        restartTimer = setTimeout(subscribe, delay);
+      },
     });
-    signal.addEventListener('abort', stop, { once: true });
   }
 
   async function start() {

@@ -104,7 +104,7 @@ export async function profileView(app, [username, tab = 'posts'], signal) {
       panel.append(heading, timeline.element);
     } else {
       const following = tab === 'following';
-      heading.textContent = following ? `Followed by ${user.displayName}` : `Following ${user.displayName}`;
+      heading.textContent = following ? `People ${user.displayName} follows` : `People following ${user.displayName}`;
       panel.append(heading, userList(app, signal, {
         query: following ? FOLLOWING : FOLLOWERS,
         pick: (data) => (following ? data.user.following : data.user.followers),
