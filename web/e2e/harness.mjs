@@ -4,7 +4,7 @@
 // also when a test fails or the run is interrupted.
 
 import { spawn, execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { mkdtemp, mkdir, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -26,6 +26,7 @@ export const WAIT = 20_000;
 // --- processes ---------------------------------------------------------------
 
 const children = new Set();
+const tempDirs = new Set();
 
 function killAll() {
   for (const child of children) {
@@ -35,6 +36,7 @@ function killAll() {
       // already gone
     }
   }
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 }
 // 'exit' handlers must be synchronous: kill, do not wait.
 process.on('exit', killAll);
@@ -152,6 +154,7 @@ function redisCommand(socketPath, ...args) {
  */
 export async function startStack() {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'warble-e2e-'));
+  tempDirs.add(dir);
   const binary = await warbleBinary(dir);
   const socket = path.join(dir, 'redis.sock');
 
@@ -233,6 +236,7 @@ export async function startStack() {
       await stop(server);
       await stop(redis);
       await rm(dir, { recursive: true, force: true });
+      tempDirs.delete(dir);
     },
   };
 }
