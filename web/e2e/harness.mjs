@@ -363,11 +363,6 @@ export function e2e(name, getEnv, fn, { timeout = 180_000 } = {}) {
   });
 }
 
-/** The text of the connection indicator. */
-export function connectionStatus(page) {
-  return page.getByRole('status');
-}
-
 /** Waits until the page's live connection says Live. */
 export async function waitLive(page) {
   await page.getByRole('status').filter({ hasText: /^\s*Live\s*$/ }).waitFor();

@@ -39,8 +39,3 @@ export function uniqueId(prefix) {
   uid += 1;
   return `${prefix}-${uid}`;
 }
-
-/** Removes and returns nothing; for views that reuse a container. */
-export function clear(el) {
-  el.replaceChildren();
-}

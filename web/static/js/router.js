@@ -37,7 +37,12 @@ export class Router {
   #go({ focus }) {
     this.#controller?.abort();
     this.#controller = new AbortController();
-    const path = decodeURIComponent(location.pathname);
+    let path = location.pathname;
+    try {
+      path = decodeURIComponent(path);
+    } catch {
+      // A malformed %-escape: match it as it is, which finds no screen.
+    }
     for (const { pattern, view } of this.#routes) {
       const match = pattern.exec(path);
       if (match) {
