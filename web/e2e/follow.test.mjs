@@ -78,10 +78,16 @@ e2e('a follow made in another tab refreshes an open home timeline (RESYNC)', () 
   const oli = await api.signup(uniqueName('oli'));
   const pat = await api.signup(uniqueName('pat'));
   await api.post(oli.token, 'Oli wrote this before Pat followed');
+  await api.post(pat.token, 'Pat is here');
   const page = await scene.page({ token: pat.token });
-  await page.getByText('Your timeline is empty.').waitFor();
+  await page.getByRole('article').filter({ hasText: 'Pat is here' }).waitFor();
   await waitLive(page);
   await page.evaluate(() => { window.notReloaded = true; });
+  // "Live" means the socket is acknowledged, not that the server has set
+  // up the subscription yet. A post that arrives through it proves that
+  // (the subscription resumes after the first post, so it cannot miss it).
+  await api.post(pat.token, 'Pat again');
+  await page.getByRole('article').filter({ hasText: 'Pat again' }).waitFor();
 
   await api.follow(pat.token, oli.user.id); // the timeline is rewritten: RESYNC
   await page.getByRole('article').filter({ hasText: 'Oli wrote this before Pat followed' }).waitFor();

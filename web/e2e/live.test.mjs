@@ -84,6 +84,11 @@ e2e('deleting a post asks first and removes it live for everyone', () => env, as
   await onDee.waitFor();
   await waitLive(cyPage);
   await waitLive(deePage);
+  // Deletions are not replayed on resume, so make sure both subscriptions
+  // are set up on the server: a post through them proves it.
+  await api.post(cy.token, 'Subscriptions are up');
+  await cyPage.getByRole('article').filter({ hasText: 'Subscriptions are up' }).waitFor();
+  await deePage.getByRole('article').filter({ hasText: 'Subscriptions are up' }).waitFor();
 
   // Only the author gets a Delete button.
   assert.equal(await onDee.getByRole('button', { name: 'Delete' }).count(), 0);
@@ -101,7 +106,7 @@ e2e('deleting a post asks first and removes it live for everyone', () => env, as
   await dialog.getByRole('button', { name: 'Delete' }).click();
   await onCy.waitFor({ state: 'detached' });
   await onDee.waitFor({ state: 'detached' });
-  await cyPage.getByText('1 post', { exact: true }).waitFor();
+  await cyPage.getByText('2 posts', { exact: true }).waitFor();
   assert.equal(await deePage.getByRole('article').filter({ hasText: 'Keep this one' }).count(), 1);
 });
 
