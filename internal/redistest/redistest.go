@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,8 +86,8 @@ func New(tb testing.TB) *Server {
 		s.stop()
 		if tb.Failed() {
 			// The server's warnings and crash reports may explain the failure.
-			if b, err := os.ReadFile(filepath.Join(dir, "redis.log")); err == nil && len(b) > 0 {
-				tb.Logf("redistest: log of redis-server:\n%s", b)
+			if log := serverLog(filepath.Join(dir, "redis.log")); log != "" {
+				tb.Logf("redistest: log of redis-server:\n%s", log)
 			}
 		}
 		os.RemoveAll(dir)
@@ -171,13 +172,41 @@ func (s *Server) Options() *redis.Options {
 	return &redis.Options{Network: s.Network, Addr: s.Addr}
 }
 
-// Client returns a new client of the server, closed when tb ends.
+// Client returns a new client of the server, closed when tb ends. It
+// carries a SlotGuard, so tb fails if an atomic step would not run on
+// Redis Cluster.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
 	c := redis.NewClient(s.Options())
+	c.AddHook(NewSlotGuard(tb))
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
 // String describes the server for test logs.
 func (s *Server) String() string { return fmt.Sprintf("redis at %s %s", s.Network, s.Addr) }
+
+// serverLog returns what a redis-server logged, less the lines every start
+// logs, or "" if nothing else is there.
+func serverLog(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var kept []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !startupLine(line) {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
+func startupLine(line string) bool {
+	for _, s := range []string{"Redis is starting", "Redis version=", "Configuration loaded", "Server initialized", "Memory overcommit must be enabled"} {
+		if strings.Contains(line, s) || strings.TrimSpace(line) == "" {
+			return true
+		}
+	}
+	return false
+}

@@ -3,6 +3,8 @@ package redistest
 import (
 	"context"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestNewIsEmptyAndWritable(t *testing.T) {
@@ -34,5 +36,69 @@ func TestStopAndRestart(t *testing.T) {
 	s.Restart(t)
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("Ping after Restart: %v", err)
+	}
+}
+
+// TestSlot checks hash slots against what CLUSTER KEYSLOT of a
+// cluster-enabled redis-server 7.0 answered for the same keys.
+func TestSlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"foo":                  12182,
+		"bar":                  5061,
+		"{user1000}.following": 3443,
+		"{user1000}.followers": 3443,
+		"w:u:{42}:home":        8000,
+		"42":                   8000,
+		"a{}b":                 13694, // an empty tag hashes the whole key
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestSlotGuard checks that the guard flags a script and a transaction that
+// span slots, and passes ones that do not.
+func TestSlotGuard(t *testing.T) {
+	s := New(t)
+	ctx := context.Background()
+	script := redis.NewScript(`return #KEYS`)
+	run := func(keys ...string) bool {
+		ft := &fakeTB{TB: t}
+		c := redis.NewClient(s.Options())
+		defer c.Close()
+		c.AddHook(NewSlotGuard(ft))
+		script.Run(ctx, c, keys)
+		c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				p.Incr(ctx, k)
+			}
+			p.Publish(ctx, "some-channel", "x")
+			return nil
+		})
+		ft.cleanup()
+		return ft.failed
+	}
+	if run("w:u:{1}:home", "w:u:{1}:following") {
+		t.Error("keys of one hash tag were flagged")
+	}
+	if !run("w:u:{1}:home", "w:u:{2}:home") {
+		t.Error("keys of two hash tags were not flagged")
+	}
+}
+
+// fakeTB records errors instead of failing the test, and runs its
+// cleanups when asked.
+type fakeTB struct {
+	testing.TB
+	failed   bool
+	cleanups []func()
+}
+
+func (f *fakeTB) Error(...any)      { f.failed = true }
+func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) cleanup() {
+	for _, fn := range f.cleanups {
+		fn()
 	}
 }
