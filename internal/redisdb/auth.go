@@ -220,9 +220,10 @@ func (s *AuthService) openSession(ctx context.Context, userID string) (*warble.A
 }
 
 // createSession stores a new session of userID and returns its token. Only
-// the token's hash reaches Redis. The user's session index is written in the
-// same round trip; on Redis Cluster the two keys are in different slots and
-// each is written atomically on its own.
+// the token's hash reaches Redis. The user's session index and the session
+// are in different hash slots, so they are two steps: the index first, then
+// the session and its expiry in one MULTI. A crash between them leaves an
+// index entry that leads to no session, which nothing trusts.
 func (s *AuthService) createSession(ctx context.Context, userID string) (string, error) {
 	b := make([]byte, tokenBytes)
 	if _, err := rand.Read(b); err != nil {
@@ -231,8 +232,10 @@ func (s *AuthService) createSession(ctx context.Context, userID string) (string,
 	token := base64.RawURLEncoding.EncodeToString(b)
 	tokenHash := hashToken(token)
 	key := sessionKey(tokenHash)
+	if err := s.db.client.SAdd(ctx, sessionsKey(userID), tokenHash).Err(); err != nil {
+		return "", fmt.Errorf("new session of %s: index: %w", userID, err)
+	}
 	_, err := s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.SAdd(ctx, sessionsKey(userID), tokenHash)
 		pipe.HSet(ctx, key, "userID", userID, "createdAt", msString(s.db.now()))
 		pipe.Expire(ctx, key, s.db.opts.SessionTTL)
 		return nil
