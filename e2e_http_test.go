@@ -69,6 +69,17 @@ func TestQueryLimits(t *testing.T) {
 	if r := s.query(t, "", deep, nil); r.code() != "COMPLEXITY_LIMIT_EXCEEDED" && len(r.Errors) == 0 {
 		t.Fatalf("an expensive query ran: %+v", r)
 	}
+	// Deep but cheap: every level is a single object, so only the depth
+	// limit stops it. Fragments count where they are spread.
+	nested := `{ viewer { ...a } } fragment a on User { posts(first: 1) { edges { node { author { posts(first: 1) { edges { node {
+		author { posts(first: 1) { edges { node { author { username } } } } } } } } } } } } }`
+	if r := s.query(t, "", nested, nil); r.code() != "GRAPHQL_VALIDATION_FAILED" || !strings.Contains(r.Errors[0].Message, "levels deep") {
+		t.Fatalf("an operation 14 levels deep: %+v, want GRAPHQL_VALIDATION_FAILED for its depth", r.Errors)
+	}
+	nineDeep := `{ user(username: "nobody") { followers { edges { node { posts { edges { node { author { username } } } } } } } } }`
+	if r := s.query(t, "", nineDeep, nil); len(r.Errors) > 0 {
+		t.Fatalf("the deepest useful read was refused: %+v", r.Errors)
+	}
 	huge := "{ " + strings.Repeat("__typename ", 6000) + "}"
 	if r := s.query(t, "", huge, nil); len(r.Errors) == 0 {
 		t.Fatal("a query over the token limit ran")

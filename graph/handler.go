@@ -74,6 +74,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
+	srv.SetValidationRulesFn(validationRules)
 	srv.SetDisableSuggestion(!cfg.Suggestions)
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
