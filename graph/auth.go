@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -86,7 +87,11 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 		authCtx, err := authenticate(ctx, auth, header)
 		if err != nil {
 			ctx = transport.WithWebsocketCloseCode(ctx, 4403)
-			return transport.AppendCloseReason(ctx, "Forbidden"), nil, err
+			// gqlgen sends err.Error() as the connection_error message of
+			// the legacy protocol, which clients such as
+			// subscriptions-transport-ws hand to the app: send the
+			// user-facing sentence, not the error's internal form.
+			return transport.AppendCloseReason(ctx, "Forbidden"), nil, errors.New(warble.ErrorMessage(err))
 		}
 		if watcher != nil {
 			authCtx, _ = watcher.WatchSession(authCtx, warble.SessionFromContext(authCtx).TokenHash)
