@@ -20,10 +20,12 @@ after(async () => {
 });
 
 // newClient returns a graphql-ws client that never retries, with every
-// message it receives recorded in messages, and a promise of its first
-// close event.
-function newClient(token) {
+// message it receives recorded in messages, a count of its connections,
+// and a promise of its first close event. With lazy false it connects at
+// once and keeps the socket open without subscriptions.
+function newClient(token, { lazy = true } = {}) {
   const messages = [];
+  const connections = { count: 0 };
   let onClosed;
   const closed = new Promise((resolve) => {
     onClosed = resolve;
@@ -31,14 +33,16 @@ function newClient(token) {
   const client = createClient({
     url: server.wsUrl,
     webSocketImpl: WebSocket,
+    lazy,
     retryAttempts: 0,
     connectionParams: token ? { Authorization: `Bearer ${token}` } : undefined,
     on: {
+      connected: () => connections.count++,
       message: (m) => messages.push(m),
       closed: (event) => onClosed(event),
     },
   });
-  return { client, messages, closed };
+  return { client, messages, connections, closed };
 }
 
 const next = (it, what) => withTimeout(it.next(), WAIT, what);
@@ -48,7 +52,9 @@ test('graphql-ws: subscribe, receive, complete', async (t) => {
   await createPost(server, alice.token, 'before the subscription');
   const cursor = await globalCursor(server);
 
-  const { client, messages } = newClient();
+  // Not lazy: a lazy client closes its socket when its last subscription
+  // completes, and the check below needs one connection throughout.
+  const { client, messages, connections } = newClient('', { lazy: false });
   t.after(() => client.dispose());
 
   // after: replays whatever is newer than cursor, so the post below is
@@ -84,6 +90,7 @@ test('graphql-ws: subscribe, receive, complete', async (t) => {
 
   const nextsAfter = messages.filter((m) => m.type === 'next' && m.id === firstId).length;
   assert.equal(nextsAfter, nextsBefore, 'the server sent events for a completed subscription');
+  assert.equal(connections.count, 1, 'both subscriptions should share one connection');
 });
 
 test('graphql-ws: homeTimeline with the token in connection_init', async (t) => {

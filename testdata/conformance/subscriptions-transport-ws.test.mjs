@@ -90,8 +90,11 @@ test('subscriptions-transport-ws: subscribe, receive, complete', async (t) => {
 
   const dataAfter = messages.filter((m) => m.type === 'data' && m.id === firstId).length;
   assert.equal(dataAfter, dataBefore, 'the server sent data for a stopped subscription');
-  // Nothing reached the first observer after unsubscribe.
+  // Nothing reached the first observer after unsubscribe, and both
+  // subscriptions used the one socket, still open.
   await assert.rejects(first.take('nothing', 1), /timed out/);
+  assert.equal(client.client, socket);
+  assert.equal(socket.readyState, WebSocket.OPEN);
 });
 
 test('subscriptions-transport-ws: userPosts and homeTimeline with the token in connection_init', async (t) => {
