@@ -30,6 +30,11 @@ function newClient(token) {
     server.wsUrl,
     {
       reconnect: false,
+      // The client gives up on a handshake after minTimeout (1 s by
+      // default), too short on a loaded machine; timeout bounds the wait
+      // between the server's keep-alives (every 15 s).
+      minTimeout: WAIT,
+      timeout: 2 * WAIT,
       connectionParams: token ? { Authorization: `Bearer ${token}` } : {},
       connectionCallback: (error) => (error ? connection.error(error) : connection.next('ack')),
     },
