@@ -163,7 +163,7 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}} {
+	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}, {"SESSION_TTL": "5s"}, {"SESSION_TTL": "forever"}} {
 		if _, err := parseConfig(nil, func(k string) string { return bad[k] }); err == nil {
 			t.Errorf("config %v accepted", bad)
 		}

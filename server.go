@@ -52,6 +52,7 @@ type config struct {
 	HomeCap       int
 	GlobalCap     int
 	MaxFollowing  int
+	SessionTTL    time.Duration
 	LogLevel      slog.Level
 	BcryptCost    int           // zero for the default; tests lower it
 	WriteTimeout  time.Duration // of each websocket write; zero for the default
@@ -75,6 +76,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	homeCap := fs.String("home-cap", envOr("HOME_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultHomeCap)), "entries kept per home timeline (env HOME_TIMELINE_CAP)")
 	globalCap := fs.String("global-cap", envOr("GLOBAL_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultGlobalCap)), "entries kept in the global timeline (env GLOBAL_TIMELINE_CAP)")
 	maxFollowing := fs.String("max-following", envOr("MAX_FOLLOWING", "2000"), "how many users one user may follow (env MAX_FOLLOWING)")
+	sessionTTL := fs.String("session-ttl", envOr("SESSION_TTL", redisdb.DefaultSessionTTL.String()), "how long a session lasts unused, e.g. 720h (env SESSION_TTL)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -109,6 +111,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 		if *n.dst, err = strconv.Atoi(n.text); err != nil || *n.dst < 1 {
 			return cfg, fmt.Errorf("%s %q must be a positive whole number", n.name, n.text)
 		}
+	}
+	if cfg.SessionTTL, err = time.ParseDuration(*sessionTTL); err != nil || cfg.SessionTTL < time.Minute {
+		return cfg, fmt.Errorf("SESSION_TTL %q must be a duration of at least 1m, such as 720h", *sessionTTL)
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return cfg, fmt.Errorf("LOG_LEVEL %q: %w", *logLevel, err)
@@ -204,6 +209,7 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		HomeCap:      cfg.HomeCap,
 		GlobalCap:    cfg.GlobalCap,
 		MaxFollowing: cfg.MaxFollowing,
+		SessionTTL:   cfg.SessionTTL,
 		BcryptCost:   cfg.BcryptCost,
 		Logger:       log,
 	})

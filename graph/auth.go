@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -93,11 +95,47 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 			// user-facing sentence, not the error's internal form.
 			return transport.AppendCloseReason(ctx, "Forbidden"), nil, errors.New(warble.ErrorMessage(err))
 		}
+		sess := warble.SessionFromContext(authCtx)
 		if watcher != nil {
-			authCtx, _ = watcher.WatchSession(authCtx, warble.SessionFromContext(authCtx).TokenHash)
+			authCtx, _ = watcher.WatchSession(authCtx, sess.TokenHash)
 		}
-		return authCtx, nil, nil
+		return endAtExpiry(authCtx, auth, sess), nil, nil
 	}
+}
+
+// expiryRecheck is how soon endAtExpiry asks again when it cannot tell
+// whether a session has expired (Redis is unreachable).
+const expiryRecheck = 5 * time.Second
+
+// endAtExpiry returns a context that ends when sess expires. A websocket
+// does not extend its session; requests made with the same token elsewhere
+// do, so at the expiry it last knew it asks again, and waits on if the
+// session has been extended.
+func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Session) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex // held until timer is set, which check uses
+	var timer *time.Timer
+	check := func() {
+		at, err := auth.SessionExpiry(ctx, sess.TokenHash)
+		if warble.ErrorCode(err) == warble.EUNAUTHENTICATED {
+			cancel()
+			return
+		} else if err != nil {
+			at = time.Now().Add(expiryRecheck)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		timer.Reset(time.Until(at))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	timer = time.AfterFunc(time.Until(sess.ExpiresAt), check)
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer.Stop()
+	})
+	return ctx
 }
 
 // requireUser returns the signed-in user or an UNAUTHENTICATED error.

@@ -59,13 +59,14 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreatePost func(childComplexity int, input warble.CreatePostInput) int
-		DeletePost func(childComplexity int, input warble.DeletePostInput) int
-		Follow     func(childComplexity int, input warble.FollowInput) int
-		Login      func(childComplexity int, input warble.LoginInput) int
-		Logout     func(childComplexity int) int
-		Signup     func(childComplexity int, input warble.SignupInput) int
-		Unfollow   func(childComplexity int, input warble.FollowInput) int
+		CreatePost       func(childComplexity int, input warble.CreatePostInput) int
+		DeletePost       func(childComplexity int, input warble.DeletePostInput) int
+		Follow           func(childComplexity int, input warble.FollowInput) int
+		Login            func(childComplexity int, input warble.LoginInput) int
+		Logout           func(childComplexity int) int
+		LogoutEverywhere func(childComplexity int) int
+		Signup           func(childComplexity int, input warble.SignupInput) int
+		Unfollow         func(childComplexity int, input warble.FollowInput) int
 	}
 
 	PageInfo struct {
@@ -151,6 +152,7 @@ type MutationResolver interface {
 	Signup(ctx context.Context, input warble.SignupInput) (*warble.AuthPayload, error)
 	Login(ctx context.Context, input warble.LoginInput) (*warble.AuthPayload, error)
 	Logout(ctx context.Context) (bool, error)
+	LogoutEverywhere(ctx context.Context) (int, error)
 	CreatePost(ctx context.Context, input warble.CreatePostInput) (*warble.CreatePostPayload, error)
 	DeletePost(ctx context.Context, input warble.DeletePostInput) (*warble.DeletePostPayload, error)
 	Follow(ctx context.Context, input warble.FollowInput) (*warble.FollowPayload, error)
@@ -291,6 +293,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.Logout(childComplexity), true
+	case "Mutation.logoutEverywhere":
+		if e.ComplexityRoot.Mutation.LogoutEverywhere == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Mutation.LogoutEverywhere(childComplexity), true
 	case "Mutation.signup":
 		if e.ComplexityRoot.Mutation.Signup == nil {
 			break
@@ -1011,6 +1019,8 @@ type Mutation {
   ): AuthPayload!
   "Revokes the session this request used and ends its subscriptions. Needs a session."
   logout: Boolean!
+  "Revokes every session of the signed-in user, on every device, and ends their subscriptions. Answers how many sessions there were. Needs a session."
+  logoutEverywhere: Int!
   "Writes a post. Needs a session."
   createPost(
     "The post to write."
@@ -2062,6 +2072,29 @@ func (ec *executionContext) _Mutation_logout(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Mutation_logout(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Mutation", field, true, true, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Mutation_logoutEverywhere(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_logoutEverywhere(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Mutation().LogoutEverywhere(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_logoutEverywhere(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Mutation", field, true, true, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _Mutation_createPost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -5163,6 +5196,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "logout":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_logout(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "logoutEverywhere":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_logoutEverywhere(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -32,6 +32,15 @@ func (r *mutationResolver) Logout(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
+// LogoutEverywhere is the resolver for the logoutEverywhere field.
+func (r *mutationResolver) LogoutEverywhere(ctx context.Context) (int, error) {
+	viewer, err := requireUser(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.Auth.LogoutEverywhere(ctx, viewer.ID)
+}
+
 // CreatePost is the resolver for the createPost field.
 func (r *mutationResolver) CreatePost(ctx context.Context, input warble.CreatePostInput) (*warble.CreatePostPayload, error) {
 	viewer, err := requireUser(ctx)

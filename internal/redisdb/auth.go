@@ -237,34 +237,149 @@ func (s *AuthService) createSession(ctx context.Context, userID string) (string,
 	}
 	_, err := s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, "userID", userID, "createdAt", msString(s.db.now()))
-		pipe.Expire(ctx, key, s.db.opts.SessionTTL)
+		pipe.PExpire(ctx, key, s.db.opts.SessionTTL)
 		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("new session of %s: %w", userID, err)
 	}
+	// Only now: before the session is stored, its own entry would look dead.
+	s.pruneSessions(ctx, userID)
 	return token, nil
 }
 
-// Authenticate implements warble.AuthService.
+// useSessionScript reads a session and slides its expiry, but writes only
+// when the expiry has not moved for a while (slack), so that most requests
+// cost a read alone.
+//
+// KEYS[1] -> w:session:<hash>
+// ARGV[1] -> the session lifetime, ms
+// ARGV[2] -> slack, ms: how stale the expiry may get before it is moved
+//
+// Returns {user id, ms left}, or nil when there is no such session.
+var useSessionScript = redis.NewScript(`
+local user = redis.call('HGET', KEYS[1], 'userID')
+if not user then
+	return nil
+end
+local left = redis.call('PTTL', KEYS[1])
+local ttl = tonumber(ARGV[1])
+if left >= 0 and left < ttl - tonumber(ARGV[2]) then
+	redis.call('PEXPIRE', KEYS[1], ttl)
+	left = ttl
+end
+return {user, left}
+`)
+
+// pruneSessionsAbove is how many entries a user's session index may hold
+// before a new session prunes the entries of expired sessions.
+const pruneSessionsAbove = 32
+
+// pruneSessions drops the index entries of sessions that have expired, once
+// the index has grown past pruneSessionsAbove, so that it stays small for a
+// user who logs in often and never out. It is tidying: errors are logged.
+func (s *AuthService) pruneSessions(ctx context.Context, userID string) {
+	key := sessionsKey(userID)
+	hashes, err := s.db.client.SMembers(ctx, key).Result()
+	if err != nil || len(hashes) <= pruneSessionsAbove {
+		return
+	}
+	pipe := s.db.client.Pipeline()
+	exists := make([]*redis.IntCmd, len(hashes))
+	for i, h := range hashes {
+		exists[i] = pipe.Exists(ctx, sessionKey(h))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.db.log.WarnContext(ctx, "prune session index", "user", userID, "err", err)
+		return
+	}
+	var gone []any
+	for i, e := range exists {
+		if e.Val() == 0 {
+			gone = append(gone, hashes[i])
+		}
+	}
+	if len(gone) > 0 {
+		if err := s.db.client.SRem(ctx, key, gone...).Err(); err != nil {
+			s.db.log.WarnContext(ctx, "prune session index", "user", userID, "err", err)
+		}
+	}
+}
+
+// Authenticate implements warble.AuthService. The session's expiry slides
+// with use; it is written at most once per sessionSlack.
 func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
 	if !wellFormedToken(token) {
 		return nil, nil, errSessionExpired
 	}
 	tokenHash := hashToken(token)
-	userID, err := s.db.client.HGet(ctx, sessionKey(tokenHash), "userID").Result()
+	ttl := s.db.opts.SessionTTL
+	res, err := useSessionScript.Run(ctx, s.db.client, []string{sessionKey(tokenHash)},
+		ttl.Milliseconds(), sessionSlack(ttl).Milliseconds()).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil, errSessionExpired
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("authenticate: %w", err)
 	}
+	userID := replyString(res[0])
+	left, _ := res[1].(int64)
 	u, err := s.db.findUser(ctx, userID)
 	if warble.ErrorCode(err) == warble.ENOTFOUND {
 		return nil, nil, errSessionExpired
 	} else if err != nil {
 		return nil, nil, err
 	}
-	return u, &warble.Session{TokenHash: tokenHash, UserID: userID}, nil
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(time.Duration(left) * time.Millisecond)}, nil
+}
+
+// sessionSlack is how far a session's expiry may lag behind its last use:
+// an hour, or a tenth of the lifetime for short ones.
+func sessionSlack(ttl time.Duration) time.Duration { return min(time.Hour, ttl/10) }
+
+// SessionExpiry implements warble.AuthService.
+func (s *AuthService) SessionExpiry(ctx context.Context, tokenHash string) (time.Time, error) {
+	left, err := s.db.client.PTTL(ctx, sessionKey(tokenHash)).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("session expiry: %w", err)
+	} else if left < 0 { // -2: no such key; -1 cannot happen, sessions always expire
+		return time.Time{}, errSessionExpired
+	}
+	return s.db.now().Add(left), nil
+}
+
+// LogoutEverywhere implements warble.AuthService. It deletes every session
+// in the user's index, then announces each one's hash on revokedChannel.
+func (s *AuthService) LogoutEverywhere(ctx context.Context, userID string) (int, error) {
+	hashes, err := s.db.client.SMembers(ctx, sessionsKey(userID)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("logout everywhere of %s: %w", userID, err)
+	}
+	if len(hashes) == 0 {
+		return 0, nil
+	}
+	// Per session key a DEL (they are in different slots), then the index
+	// entries; a crash between leaves entries that lead to no session.
+	pipe := s.db.client.Pipeline()
+	dels := make([]*redis.IntCmd, len(hashes))
+	for i, h := range hashes {
+		dels[i] = pipe.Del(ctx, sessionKey(h))
+	}
+	members := make([]any, len(hashes))
+	for i, h := range hashes {
+		members[i] = h
+	}
+	pipe.SRem(ctx, sessionsKey(userID), members...)
+	for _, h := range hashes {
+		pipe.Publish(ctx, revokedChannel, h)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("logout everywhere of %s: %w", userID, err)
+	}
+	n := 0
+	for _, d := range dels {
+		n += int(d.Val())
+	}
+	return n, nil
 }
 
 // Logout implements warble.AuthService. It deletes the session, then

@@ -373,3 +373,168 @@ func TestLogoutPublishesRevocation(t *testing.T) {
 		t.Errorf("revocation message = %q, want the token hash %q", msg.Payload, hashToken(p.Token))
 	}
 }
+
+// TestSessionsSlideWithUse checks that a session used within its lifetime
+// outlives it, that one left unused expires, and what SessionExpiry says.
+// The lifetime is short so that Redis's own clock runs it out.
+func TestSessionsSlideWithUse(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 1500 * time.Millisecond
+	db := newTestDB(t, Options{SessionTTL: ttl})
+	auth := NewAuthService(db)
+	used, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := auth.Login(ctx, warble.LoginInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idleHash := hashToken(idle.Token)
+	at, err := auth.SessionExpiry(ctx, idleHash)
+	if err != nil || time.Until(at) <= 0 || time.Until(at) > ttl {
+		t.Fatalf("SessionExpiry of a new session = %v (in %v), %v; want within %v", at, time.Until(at), err, ttl)
+	}
+
+	// Use one session for twice its lifetime; the other waits.
+	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(ttl / 5) {
+		_, s, err := auth.Authenticate(ctx, used.Token)
+		if err != nil {
+			t.Fatalf("a session in use expired: %v", err)
+		}
+		if left := time.Until(s.ExpiresAt); left <= 0 || left > ttl {
+			t.Fatalf("session expires in %v, want within %v", left, ttl)
+		}
+	}
+	if _, _, err := auth.Authenticate(ctx, idle.Token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Fatalf("a session unused past its lifetime: err = %v, want EUNAUTHENTICATED", err)
+	}
+	if _, err := auth.SessionExpiry(ctx, idleHash); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Fatalf("SessionExpiry of an expired session: err = %v, want EUNAUTHENTICATED", err)
+	}
+}
+
+// TestAuthenticateWritesOnlyWhenStale checks that reading a fresh session
+// does not rewrite its expiry: most requests cost one read.
+func TestAuthenticateWritesOnlyWhenStale(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := sessionKey(hashToken(p.Token))
+	stale := DefaultSessionTTL - 2*sessionSlack(DefaultSessionTTL)
+	if err := db.client.PExpire(ctx, key, stale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	if left := db.client.PTTL(ctx, key).Val(); left <= stale {
+		t.Fatalf("a stale expiry was not moved: %v left", left)
+	}
+	fresh := DefaultSessionTTL - sessionSlack(DefaultSessionTTL)/2
+	if err := db.client.PExpire(ctx, key, fresh).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	if left := db.client.PTTL(ctx, key).Val(); left > fresh {
+		t.Fatalf("a fresh expiry was rewritten: %v left, was %v", left, fresh)
+	}
+}
+
+func TestLogoutEverywhere(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{p.Token}
+	for range 2 {
+		l, err := auth.Login(ctx, warble.LoginInput{Username: "ada", Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, l.Token)
+	}
+	bob, err := auth.Signup(ctx, warble.SignupInput{Username: "bob", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sub := db.client.Subscribe(ctx, revokedChannel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := auth.LogoutEverywhere(ctx, p.User.ID)
+	if err != nil || n != 3 {
+		t.Fatalf("LogoutEverywhere = %d, %v; want 3 sessions", n, err)
+	}
+	revoked := map[string]bool{}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a safety net only
+	defer cancel()
+	for range 3 {
+		msg, err := sub.ReceiveMessage(rctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revoked[msg.Payload] = true
+	}
+	for i, token := range tokens {
+		if _, _, err := auth.Authenticate(ctx, token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+			t.Errorf("token %d after LogoutEverywhere: err = %v, want EUNAUTHENTICATED", i, err)
+		}
+		if !revoked[hashToken(token)] {
+			t.Errorf("the revocation of token %d was not announced", i)
+		}
+	}
+	if n := db.client.Exists(ctx, sessionsKey(p.User.ID)).Val(); n != 0 {
+		t.Error("the session index is still there")
+	}
+	if _, _, err := auth.Authenticate(ctx, bob.Token); err != nil {
+		t.Errorf("another user's session after LogoutEverywhere: %v", err)
+	}
+	if n, err := auth.LogoutEverywhere(ctx, p.User.ID); err != nil || n != 0 {
+		t.Errorf("a second LogoutEverywhere = %d, %v; want 0", n, err)
+	}
+}
+
+// TestSessionIndexIsPruned checks that a user who logs in often and never
+// out does not grow a session index without bound: entries of expired
+// sessions are dropped once it holds more than pruneSessionsAbove.
+func TestSessionIndexIsPruned(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{SessionTTL: 100 * time.Millisecond})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *warble.AuthPayload
+	for range 3 * pruneSessionsAbove {
+		if last, err = auth.Login(ctx, warble.LoginInput{Username: "ada", Password: "password123"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := db.client.SCard(ctx, sessionsKey(p.User.ID)).Val(); n > pruneSessionsAbove+1 {
+			// Sessions live 100 ms, so past the threshold most are dead.
+			live := 0
+			for _, h := range db.client.SMembers(ctx, sessionsKey(p.User.ID)).Val() {
+				live += int(db.client.Exists(ctx, sessionKey(h)).Val())
+			}
+			if n-int64(live) > pruneSessionsAbove {
+				t.Fatalf("session index holds %d entries, %d of them of expired sessions", n, n-int64(live))
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !db.client.SIsMember(ctx, sessionsKey(p.User.ID), hashToken(last.Token)).Val() {
+		t.Fatal("pruning dropped the newest session's entry")
+	}
+}

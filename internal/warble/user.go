@@ -116,9 +116,12 @@ type AuthPayload struct {
 }
 
 // Session is one signed-in device. Only a hash of its token is stored.
+// Sessions expire after a period without use (30 days by default); each
+// use pushes the expiry back.
 type Session struct {
 	TokenHash string
 	UserID    string
+	ExpiresAt time.Time // as of when the session was last read
 }
 
 // UserService manages accounts.
@@ -148,9 +151,18 @@ type AuthService interface {
 	Login(ctx context.Context, in LoginInput) (*AuthPayload, error)
 
 	// Authenticate returns the user and session of a token, or
-	// EUNAUTHENTICATED if the token is malformed, unknown or revoked.
+	// EUNAUTHENTICATED if the token is malformed, unknown, expired or
+	// revoked. It counts as a use of the session and slides its expiry.
 	Authenticate(ctx context.Context, token string) (*User, *Session, error)
+
+	// SessionExpiry returns when the session with tokenHash expires, without
+	// counting as a use, or EUNAUTHENTICATED if it has expired or was revoked.
+	SessionExpiry(ctx context.Context, tokenHash string) (time.Time, error)
 
 	// Logout revokes one session and ends the subscriptions opened with it.
 	Logout(ctx context.Context, s *Session) error
+
+	// LogoutEverywhere revokes every session of userID, ending their
+	// subscriptions, and returns how many there were.
+	LogoutEverywhere(ctx context.Context, userID string) (int, error)
 }
