@@ -20,8 +20,13 @@ export const repoRoot = path.resolve(webDir, '..');
 export const screenshotDir = path.join(repoRoot, 'testdata', 'screenshots');
 const failureDir = path.join(screenshotDir, 'failures');
 
-/** How long to wait for anything to show up. Generous: CI is a busy 2-core machine. */
-export const WAIT = 20_000;
+/**
+ * How long to wait for anything to show up. Generous: CI is a shared
+ * 2-core machine, and these tests pass there with a load average far above
+ * the core count; a timeout means something is wrong, not slow.
+ */
+export const WAIT = 60_000;
+const NAVIGATION_WAIT = 90_000;
 
 // --- processes ---------------------------------------------------------------
 
@@ -195,7 +200,7 @@ export async function startStack() {
       }
       const res = await fetch(`${url}/healthz`);
       return res.status === 200;
-    }, { timeout: 30_000, message: `warble to answer ${url}/healthz` });
+    }, { timeout: 60_000, message: `warble to answer ${url}/healthz` });
     return child;
   }
 
@@ -314,7 +319,7 @@ export function launchBrowser() {
  * separate person would have); pass `token` to start signed in. Every page
  * is screenshotted into testdata/screenshots/failures/ if the test fails.
  */
-export function e2e(name, getEnv, fn, { timeout = 180_000 } = {}) {
+export function e2e(name, getEnv, fn, { timeout = 600_000 } = {}) {
   return test(name, { timeout }, async (t) => {
     const { browser, stack } = getEnv();
     const contexts = [];
@@ -323,6 +328,7 @@ export function e2e(name, getEnv, fn, { timeout = 180_000 } = {}) {
       async page({ token, path: at = '/', viewport = { width: 1100, height: 900 }, colorScheme = 'light' } = {}) {
         const context = await browser.newContext({ baseURL: stack.baseURL, viewport, colorScheme, reducedMotion: 'reduce' });
         context.setDefaultTimeout(WAIT);
+        context.setDefaultNavigationTimeout(NAVIGATION_WAIT);
         contexts.push(context);
         if (token) {
           // Only on the tab's first load, so logging out in the test sticks.
