@@ -10,6 +10,7 @@ tool (
 require (
 	github.com/99designs/gqlgen v0.17.95
 	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gorilla/websocket v1.5.3
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/cors v1.11.1

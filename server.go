@@ -24,7 +24,9 @@ import (
 	"github.com/rs/cors"
 
 	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/ratelimit"
 	"github.com/warble/warble/internal/redisdb"
+	"github.com/warble/warble/internal/warble"
 	"github.com/warble/warble/web"
 )
 
@@ -53,6 +55,9 @@ type config struct {
 	GlobalCap     int
 	MaxFollowing  int
 	SessionTTL    time.Duration
+	RateLimitsOn  bool
+	RateLimits    warble.RateLimits
+	TrustXFF      bool // take client addresses from X-Forwarded-For
 	LogLevel      slog.Level
 	BcryptCost    int           // zero for the default; tests lower it
 	WriteTimeout  time.Duration // of each websocket write; zero for the default
@@ -77,6 +82,26 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	globalCap := fs.String("global-cap", envOr("GLOBAL_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultGlobalCap)), "entries kept in the global timeline (env GLOBAL_TIMELINE_CAP)")
 	maxFollowing := fs.String("max-following", envOr("MAX_FOLLOWING", "2000"), "how many users one user may follow (env MAX_FOLLOWING)")
 	sessionTTL := fs.String("session-ttl", envOr("SESSION_TTL", redisdb.DefaultSessionTTL.String()), "how long a session lasts unused, e.g. 720h (env SESSION_TTL)")
+	rateLimits := fs.String("rate-limits", envOr("RATE_LIMITS", "on"), "on or off: off disables every rate limit, for load tests (env RATE_LIMITS)")
+	defaults := warble.DefaultRateLimits()
+	rates := []struct {
+		env  string
+		text *string
+		dst  *warble.Rate
+	}{
+		{env: "RATE_LIMIT_LOGIN_FAILURES_PER_USERNAME", dst: &defaults.LoginFailuresPerUsername},
+		{env: "RATE_LIMIT_LOGIN_FAILURES_PER_ADDRESS", dst: &defaults.LoginFailuresPerAddress},
+		{env: "RATE_LIMIT_SIGNUPS_PER_ADDRESS", dst: &defaults.SignupsPerAddress},
+		{env: "RATE_LIMIT_POSTS_PER_USER", dst: &defaults.PostsPerUser},
+		{env: "RATE_LIMIT_FOLLOWS_PER_USER", dst: &defaults.FollowsPerUser},
+		{env: "RATE_LIMIT_WEBSOCKETS_PER_ADDRESS", dst: &defaults.WebsocketsPerAddress},
+	}
+	for i, r := range rates {
+		flagName := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(r.env, "RATE_LIMIT_")), "_", "-")
+		rates[i].text = fs.String("rate-"+flagName, envOr(r.env, r.dst.String()),
+			"EVENTS/PERIOD[/BURST], e.g. 100/1h/20 (env "+r.env+")")
+	}
+	trustXFF := fs.String("trust-forwarded-for", getenv("TRUST_FORWARDED_FOR"), "true behind a proxy that appends the client address to X-Forwarded-For (env TRUST_FORWARDED_FOR)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -114,6 +139,22 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	}
 	if cfg.SessionTTL, err = time.ParseDuration(*sessionTTL); err != nil || cfg.SessionTTL < time.Minute {
 		return cfg, fmt.Errorf("SESSION_TTL %q must be a duration of at least 1m, such as 720h", *sessionTTL)
+	}
+	switch *rateLimits {
+	case "on":
+		cfg.RateLimitsOn = true
+	case "off":
+	default:
+		return cfg, fmt.Errorf("RATE_LIMITS %q must be on or off", *rateLimits)
+	}
+	for _, r := range rates {
+		if *r.dst, err = warble.ParseRate(*r.text); err != nil {
+			return cfg, fmt.Errorf("%s: %w", r.env, err)
+		}
+	}
+	cfg.RateLimits = defaults
+	if cfg.TrustXFF, err = parseBool("TRUST_FORWARDED_FOR", *trustXFF, false); err != nil {
+		return cfg, err
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return cfg, fmt.Errorf("LOG_LEVEL %q: %w", *logLevel, err)
@@ -221,6 +262,14 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		Follows: redisdb.NewFollowService(db),
 		Live:    hub,
 	}
+	var allowWebsocket func(context.Context, string) error
+	if cfg.RateLimitsOn {
+		limiter, limits := redisdb.NewRateLimiter(db), cfg.RateLimits
+		resolver.Auth = ratelimit.Auth{AuthService: resolver.Auth, Limiter: limiter, Limits: limits}
+		resolver.Posts = ratelimit.Posts{PostService: resolver.Posts, Limiter: limiter, Limits: limits}
+		resolver.Follows = ratelimit.Follows{FollowService: resolver.Follows, Limiter: limiter, Limits: limits}
+		allowWebsocket = ratelimit.Websockets{Limiter: limiter, Limits: limits}.Allow
+	}
 	a := &app{cfg: cfg, log: log, db: db, hub: hub}
 	gql := graph.NewHandler(graph.HandlerConfig{
 		Resolver:       resolver,
@@ -230,12 +279,13 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		Suggestions:    cfg.Env != "production",
 		Logger:         log,
 		WriteTimeout:   cfg.WriteTimeout,
+		AllowWebsocket: allowWebsocket,
 	})
 
 	mux := http.NewServeMux()
 	// Methods are named so that "GET /" below does not claim /graphql's
 	// other methods; anything else gets 405 from the mux.
-	api := limitBody(graph.AuthMiddleware(resolver.Auth, gql))
+	api := limitBody(graph.ClientAddress(cfg.TrustXFF, graph.AuthMiddleware(resolver.Auth, gql)))
 	mux.Handle("GET /graphql", api)
 	mux.Handle("POST /graphql", api)
 	mux.Handle("OPTIONS /graphql", api)

@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -136,6 +137,28 @@ func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Sess
 		timer.Stop()
 	})
 	return ctx
+}
+
+// ClientAddress puts the address of the client in the request context, for
+// per-address rate limits: the connection's address, or with
+// trustForwardedFor (Warble behind a proxy that appends the address it saw
+// to X-Forwarded-For) the last address of that header.
+func ClientAddress(trustForwardedFor bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			addr = r.RemoteAddr
+		}
+		if trustForwardedFor {
+			if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+				hops := strings.Split(xff[len(xff)-1], ",")
+				if last := strings.TrimSpace(hops[len(hops)-1]); last != "" {
+					addr = last
+				}
+			}
+		}
+		next.ServeHTTP(w, r.WithContext(warble.NewContextWithClientAddress(r.Context(), addr)))
+	})
 }
 
 // requireUser returns the signed-in user or an UNAUTHENTICATED error.

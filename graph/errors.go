@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -50,6 +51,10 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 			}
 			gqlErr.Message = werr.Message
 			gqlErr.Extensions = map[string]any{"code": code}
+			if werr.RetryAfter > 0 {
+				// Whole seconds, like HTTP's Retry-After.
+				gqlErr.Extensions["retryAfter"] = int(werr.RetryAfter / time.Second)
+			}
 			return gqlErr
 		}
 		if _, ok := gqlErr.Extensions["code"]; ok && gqlErr.Err == nil {

@@ -42,6 +42,10 @@ type HandlerConfig struct {
 	// WriteTimeout bounds each websocket write; a client that takes longer
 	// to accept one is disconnected. Zero means 10 seconds.
 	WriteTimeout time.Duration
+
+	// AllowWebsocket, if set, is asked before each websocket handshake with
+	// the client's address; an ERATELIMITED error refuses it.
+	AllowWebsocket func(ctx context.Context, addr string) error
 }
 
 // NewHandler returns the GraphQL handler for POST, GET (queries only) and
@@ -54,7 +58,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		keepAlive = 15 * time.Second
 	}
 	readLimit := int64(MaxWebsocketMessage)
-	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout}
+	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout, Allow: cfg.AllowWebsocket}
 	present := ErrorPresenter(cfg.Logger)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
 	srv.AddTransport(transport.Websocket{

@@ -1,15 +1,19 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // GorillaWebsocket is gqlgen's websocket transport implemented with
@@ -22,6 +26,9 @@ type GorillaWebsocket struct {
 	// WriteTimeout bounds each write, so that a stalled client cannot hold
 	// a goroutine forever. Zero means 10 seconds.
 	WriteTimeout time.Duration
+	// Allow, if set, is asked before each handshake is accepted, with the
+	// client's address; an ERATELIMITED error refuses it with 429.
+	Allow func(ctx context.Context, addr string) error
 }
 
 var _ transport.WebsocketImplementation = GorillaWebsocket{}
@@ -61,9 +68,30 @@ func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
 		case !g.checkOrigin(r):
 			transport.SendErrorf(w, http.StatusForbidden, "Websockets from this origin are not allowed.")
 		default:
+			if err := g.allow(r); err != nil {
+				var werr *warble.Error
+				errors.As(err, &werr)
+				w.Header().Set("Retry-After", strconv.Itoa(int(werr.RetryAfter/time.Second)))
+				transport.SendErrorf(w, http.StatusTooManyRequests, "%s", werr.Message)
+				return
+			}
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// allow asks g.Allow about r, and returns only a rate limit's refusal:
+// when the limiter itself fails (Redis is unreachable), the connection is
+// let through, as a limiter must not become the outage.
+func (g GorillaWebsocket) allow(r *http.Request) error {
+	if g.Allow == nil {
+		return nil
+	}
+	err := g.Allow(r.Context(), warble.ClientAddressFromContext(r.Context()))
+	if warble.ErrorCode(err) != warble.ERATELIMITED {
+		return nil
+	}
+	return err
 }
 
 // checkOrigin allows requests without an Origin (not from a browser), from

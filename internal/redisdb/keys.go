@@ -55,6 +55,13 @@ func postKey(authorID, seq string) string { return userKey(authorID) + ":p:" + s
 // hex, expiring with the session: w:session:<hash>. Fields: userID, createdAt.
 func sessionKey(tokenHash string) string { return prefix + "session:" + tokenHash }
 
+// rateKey names a rate limit's state, as redis_rate is given it: it adds
+// its own prefix, so the key in Redis is rate:w:rl:<kind>:<subject>, a
+// STRING holding when the subject's next event is due, expiring when the
+// budget is full again. Subjects are user ids, lowercased usernames and
+// client addresses.
+func rateKey(kind, subject string) string { return prefix + "rl:" + kind + ":" + subject }
+
 // homeChannel carries the events of one user's home timeline: w:ch:home:<id>.
 func homeChannel(userID string) string { return prefix + "ch:home:" + userID }
 

@@ -3,6 +3,7 @@ package warble
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error codes. Each maps to one extensions.code in the GraphQL API.
@@ -21,6 +22,9 @@ const (
 type Error struct {
 	Code    string // one of the E* constants
 	Message string // a full sentence, e.g. `Username "ada" is taken.`
+
+	// RetryAfter, for ERATELIMITED, is how long to wait before trying again.
+	RetryAfter time.Duration
 }
 
 // Error implements the error interface.
