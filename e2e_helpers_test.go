@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/warble/warble/internal/redistest"
@@ -53,7 +54,13 @@ func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change 
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	a := newApp(cfg, rs.Client(t), log)
+	// The client has production's settings (see redisOptions), which
+	// decide how requests behave when Redis fails, and redistest's check
+	// of Redis Cluster hash slots.
+	client := redis.NewClient(redisOptions(rs.Options()))
+	client.AddHook(redistest.NewSlotGuard(t))
+	t.Cleanup(func() { client.Close() })
+	a := newApp(cfg, client, log)
 	hs := httptest.NewUnstartedServer(a.handler)
 	if wrap != nil {
 		hs.Listener = wrap(hs.Listener)

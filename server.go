@@ -210,14 +210,14 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		log.Warn("REDIS_URL is not set: using an embedded in-memory Redis. Data lives in memory only and is gone when Warble stops.")
-		client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr()}))
 		return client, func() { client.Close(); m.Close() }, nil
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	client := redis.NewClient(opts)
+	client := redis.NewClient(redisOptions(opts))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {
@@ -226,6 +226,53 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 		log.Info("connected to redis", "addr", opts.Addr, "db", opts.DB)
 	}
 	return client, func() { client.Close() }, nil
+}
+
+// redisOptions sets the go-redis settings that decide what a request does
+// when Redis is slow or gone, where opts leaves them unset (a REDIS_URL may
+// set them, e.g. ?dial_timeout=3s&max_retries=2), and returns opts.
+//
+// The aim is an answer within a second or two, never a hang: with Redis
+// down, a request fails at its first command. go-redis's own defaults keep
+// it far longer: 5 dial attempts 100ms apart inside each of 4 tries per
+// command, so nearly 2s per command against a refused port (until 20
+// failed dials trip its breaker), and 5s timeouts on a Redis that accepts
+// connections but does not answer. Each of Warble's commands is small (a
+// page of ids, one post, one short script) and a healthy Redis answers in
+// well under a millisecond, so a second is hundreds of times what a loaded
+// machine needs, yet short enough to report an outage at once. The tests'
+// server uses these settings too (see newTestServerOn), so the end-to-end
+// tests check them rather than go-redis's defaults.
+func redisOptions(opts *redis.Options) *redis.Options {
+	setDefault := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	// A connect to a reachable Redis takes microseconds; one that takes a
+	// second is to a host that is down or unreachable.
+	setDefault(&opts.DialTimeout, time.Second)
+	// One dial per try: the command's own retry below is the retry, and
+	// retries inside retries only multiply the wait when Redis is down.
+	if opts.DialerRetries == 0 {
+		opts.DialerRetries = 1
+	}
+	// A Redis that accepts commands and does not answer (stopped, swapping,
+	// blocked by a slow script) fails the command after this long.
+	setDefault(&opts.ReadTimeout, time.Second)
+	setDefault(&opts.WriteTimeout, time.Second)
+	// Waiting longer than this for a free connection means every pooled
+	// connection is stuck on a Redis that does not answer: fail rather
+	// than let requests pile up behind them.
+	setDefault(&opts.PoolTimeout, time.Second)
+	// One retry covers a pooled connection that died between uses (Redis
+	// restarted, a proxy dropped it) when go-redis's idle check misses it.
+	// More would only multiply the wait when Redis is really gone, and
+	// each retry of a write that timed out may run it twice.
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 1
+	}
+	return opts
 }
 
 // redisLogger sends go-redis's own complaints (a connection pool that cannot
