@@ -81,7 +81,7 @@ function isCurrent(href, path) {
 }
 
 const stateLabels = {
-  [ConnectionState.IDLE]: 'Not connected',
+  [ConnectionState.IDLE]: 'Not live',
   [ConnectionState.CONNECTING]: 'Connecting…',
   [ConnectionState.LIVE]: 'Live',
   [ConnectionState.RECONNECTING]: 'Reconnecting…',

@@ -82,8 +82,8 @@ export function userRow(user, { note } = {}) {
       avatar(user),
       h('span', { class: 'user-names' },
         h('span', { class: 'user-name' }, user.displayName),
-        h('span', { class: 'user-handle' }, `@${user.username}`))),
-    note,
+        h('span', { class: 'user-handle' }, `@${user.username}`),
+        note)),
     user.followsViewer && h('span', { class: 'badge' }, 'Follows you'));
 }
 
