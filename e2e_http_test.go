@@ -60,6 +60,35 @@ func TestBodyLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", resp.StatusCode)
 	}
+	// Without a Content-Length (chunked), the same.
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", io.MultiReader(strings.NewReader(big)))
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = -1
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked: status %d, want 413", resp.StatusCode)
+	}
+}
+
+func TestMalformedRequestBodies(t *testing.T) {
+	s := newTestServer(t)
+	for _, body := range []string{
+		`{"query": "{ __typename }"`,                      // not JSON
+		`{"query": "{ __typename }", "variables": "x"}`,   // variables not an object
+		`{"query": "{ __typename }", "operationName": 7}`, // operationName not a string
+		`["{ __typename }"]`,                              // not an object
+	} {
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		r := s.send(t, req)
+		if r.Status != http.StatusBadRequest || r.code() != "BAD_USER_INPUT" || strings.Contains(r.Errors[0].Message, "__typename") {
+			t.Errorf("body %s: status %d, errors %+v; want 400 BAD_USER_INPUT that does not echo the body", body, r.Status, r.Errors)
+		}
+	}
 }
 
 func TestQueryLimits(t *testing.T) {

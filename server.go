@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -404,16 +405,30 @@ func (a *app) healthz(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, `{"status":"ok","redis":"up"}`+"\n")
 }
 
-// limitBody refuses request bodies over maxBodyBytes with 413.
+// limitBody refuses request bodies over maxBodyBytes with 413. It reads
+// the body itself, so that one without a Content-Length (chunked) that runs
+// over is refused the same way rather than failing inside gqlgen, which
+// reads whole bodies anyway.
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > maxBodyBytes {
+		tooLarge := func() {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusRequestEntityTooLarge)
 			io.WriteString(w, `{"errors":[{"message":"The request body is too large.","extensions":{"code":"BAD_USER_INPUT"}}]}`+"\n")
+		}
+		if r.ContentLength > maxBodyBytes {
+			tooLarge()
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			tooLarge()
+			return
+		} else if err != nil {
+			return // the client went away mid-body; there is no one to answer
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
 }

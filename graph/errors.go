@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -63,6 +64,16 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		var ge *gqlerror.Error
 		if errors.As(err, &ge) && ge.Err == nil && ge.Rule != "" {
 			return gqlErr // a validation rule's error without a code
+		}
+		if errors.As(err, &ge) && ge.Err == nil && strings.HasPrefix(ge.Message, "json request body could not be decoded") {
+			// gqlgen's complaint about a body that is not a JSON request
+			// (not JSON, variables that are not an object, a numeric
+			// operationName): the client's fault. Its text quotes the
+			// whole body, so a plain sentence goes back instead.
+			return &gqlerror.Error{
+				Message:    "The request is not a valid GraphQL request: send a JSON object with query and, optionally, variables (an object) and operationName (a string).",
+				Extensions: map[string]any{"code": CodeBadUserInput},
+			}
 		}
 		log.ErrorContext(ctx, "graphql: internal error", "path", gqlErr.Path.String(), "err", err)
 		return &gqlerror.Error{
