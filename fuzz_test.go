@@ -1,0 +1,558 @@
+package main
+
+// Fuzz targets for the HTTP request path up to the resolvers: CORS, the
+// mux, the body limit, the auth middleware and gqlgen's transports, parser,
+// validation and complexity limit, with every resolver behind them. Each
+// fuzz process starts one Warble on one redis-server and sends it one
+// request per input. The properties are in checkExchange. The seeds below
+// and under testdata/fuzz/<FuzzName>/ run as ordinary tests in go test.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
+
+	"github.com/warble/warble/internal/redistest"
+)
+
+// tokenPlaceholder in a fuzzed Authorization header stands for the session
+// token of fuzzUser, so that the fuzzer can reach signed-in paths.
+const tokenPlaceholder = "$TOKEN"
+
+// fuzzUser is signed up before fuzzing; so are fuzzOther, who follows
+// fuzzUser, and a post by fuzzUser.
+const (
+	fuzzUser     = "alice"
+	fuzzOther    = "bob"
+	fuzzPassword = "correct horse"
+)
+
+// fuzzServer is one Warble for every input of a fuzz target.
+type fuzzServer struct {
+	*testServer
+	client *http.Client
+	rdb    *redis.Client
+	token  string
+}
+
+// fuzzTB is f for newTestServer, with a Log and Logf that the fuzz target
+// may call: under -v the server logs through them, from inside the target,
+// where f.Log would panic.
+type fuzzTB struct{ testing.TB }
+
+func (fuzzTB) Log(args ...any) {
+	if testing.Verbose() {
+		fmt.Fprintln(os.Stderr, args...)
+	}
+}
+
+func (fuzzTB) Logf(format string, args ...any) {
+	if testing.Verbose() {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
+}
+
+func newFuzzServer(f *testing.F) *fuzzServer {
+	s := newTestServer(fuzzTB{f})
+	fs := &fuzzServer{
+		testServer: s,
+		// A request that takes this long has hung: one takes about a
+		// millisecond.
+		client: &http.Client{Timeout: 10 * time.Second},
+		rdb:    s.redis.Client(f),
+	}
+	f.Cleanup(fs.client.CloseIdleConnections)
+	signup := func(name string) string {
+		var out struct{ Signup struct{ Token string } }
+		s.mustQuery(f, "", `mutation($u: String!, $p: String!) { signup(input: {username: $u, password: $p}) { token } }`,
+			map[string]any{"u": name, "p": fuzzPassword}, &out)
+		return out.Signup.Token
+	}
+	fs.token = signup(fuzzUser)
+	other := signup(fuzzOther)
+	var out json.RawMessage
+	s.mustQuery(f, fs.token, `mutation { createPost(input: {body: "hello from alice 🐦"}) { post { id } } }`, nil, &out)
+	var me struct{ Viewer struct{ ID string } }
+	s.mustQuery(f, fs.token, `{ viewer { id } }`, nil, &me)
+	s.mustQuery(f, other, `mutation($id: ID!) { follow(input: {userId: $id}) { user { id } } }`,
+		map[string]any{"id": me.Viewer.ID}, &out)
+	return fs
+}
+
+// renew signs fuzzUser in again after a request that may have ended the
+// session that tokenPlaceholder stands for.
+func (fs *fuzzServer) renew(t testing.TB, p *rawParams) {
+	t.Helper()
+	if p == nil || !strings.Contains(p.Query, "logout") {
+		return
+	}
+	var out struct{ Login struct{ Token string } }
+	fs.mustQuery(t, "", `mutation($u: String!, $p: String!) { login(input: {username: $u, password: $p}) { token } }`,
+		map[string]any{"u": fuzzUser, "p": fuzzPassword}, &out)
+	fs.token = out.Login.Token
+}
+
+// rateLimitPrefix starts the keys of rate limit state (see redisdb's
+// rateKey). They record attempts, refused ones too, by design, so the
+// checks below leave them out.
+const rateLimitPrefix = "rate:"
+
+// fingerprintScript digests every key but rate limit state, with its value
+// and whether it expires: one round trip however many keys there are.
+var fingerprintScript = redis.NewScript(`
+local keys = redis.call('KEYS', '*')
+table.sort(keys)
+local parts = {}
+for _, k in ipairs(keys) do
+  if string.sub(k, 1, #ARGV[1]) ~= ARGV[1] then
+    local expires = redis.call('PTTL', k) >= 0 and '1' or '0'
+    parts[#parts + 1] = k .. '\0' .. expires .. '\0' .. redis.call('DUMP', k)
+  end
+end
+return redis.sha1hex(table.concat(parts, '\0'))
+`)
+
+// writes returns a value that changes whenever a key Warble keeps, rather
+// than rate limit state, is written.
+func (fs *fuzzServer) writes(t testing.TB) string {
+	t.Helper()
+	if fs.redis.Embedded() { // no DUMP: take a snapshot
+		snap := redistest.Snapshot(t, fs.rdb)
+		for k := range snap {
+			if strings.HasPrefix(k, rateLimitPrefix) {
+				delete(snap, k)
+			}
+		}
+		return fmt.Sprint(snap) // fmt prints maps sorted
+	}
+	sum, err := fingerprintScript.Run(context.Background(), fs.rdb, nil, rateLimitPrefix).Text()
+	if err != nil {
+		t.Fatalf("fingerprint of Redis: %v", err)
+	}
+	return sum
+}
+
+// headerValue drops the bytes that net/http refuses to send in a header
+// (controls other than tab), so that every input makes a request.
+func headerValue(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// rawParams is a GraphQL-over-HTTP request as gqlgen decodes it: the same
+// fields, tags and decoder settings as graphql.RawParams and its jsonDecode.
+type rawParams struct {
+	Query         string         `json:"query"`
+	OperationName string         `json:"operationName"`
+	Variables     map[string]any `json:"variables"`
+	Extensions    map[string]any `json:"extensions"`
+}
+
+func decodeParams(body []byte) (*rawParams, error) {
+	var p rawParams
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// selected returns the kind of operation a request runs, "" if its document
+// does not parse or has no operation by that name, and, if the operation
+// selects exactly one field, that field's response key.
+func selected(p *rawParams) (kind ast.Operation, field string) {
+	doc, err := parser.ParseQuery(&ast.Source{Input: p.Query})
+	if err != nil {
+		return "", ""
+	}
+	op := doc.Operations.ForName(p.OperationName)
+	if op == nil {
+		return "", ""
+	}
+	if len(op.SelectionSet) == 1 {
+		if f, ok := op.SelectionSet[0].(*ast.Field); ok {
+			return op.Operation, f.Alias // the parser sets Alias to Name when there is none
+		}
+	}
+	return op.Operation, ""
+}
+
+// exchange is one request and its answer.
+type exchange struct {
+	method   string
+	params   *rawParams // nil if the request does not decode as one
+	haystack string     // everything the request says, lower case, to tell echoes from leaks
+	status   int
+	header   http.Header
+	body     []byte
+}
+
+// The extensions.code values a client may see: Warble's (see api.md) and
+// the ones gqlgen gives parse, validation and complexity errors.
+var knownCodes = map[string]bool{
+	"BAD_USER_INPUT": true, "UNAUTHENTICATED": true, "FORBIDDEN": true, "NOT_FOUND": true,
+	"CONFLICT": true, "RATE_LIMITED": true, "INTERNAL": true,
+	"GRAPHQL_PARSE_FAILED": true, "GRAPHQL_VALIDATION_FAILED": true, "COMPLEXITY_LIMIT_EXCEEDED": true,
+}
+
+// Codes of errors that stop a request before any resolver runs.
+var beforeResolvers = map[string]bool{
+	"GRAPHQL_PARSE_FAILED": true, "GRAPHQL_VALIDATION_FAILED": true, "COMPLEXITY_LIMIT_EXCEEDED": true,
+}
+
+// codelessRefusals are the refusals that gqlgen's transports write
+// themselves, with no extensions.code and past Warble's error presenter.
+// KNOWN ISSUE (reported): api.md wants a code on every error; these have
+// none, and "transport not supported" comes as text/plain with status 400
+// rather than application/json with 415.
+var codelessRefusals = map[string]int{
+	"transport not supported":                  http.StatusBadRequest,
+	"variables could not be decoded":           http.StatusBadRequest,
+	"extensions could not be decoded":          http.StatusBadRequest,
+	"GET requests only allow query operations": http.StatusNotAcceptable,
+}
+
+// leakMarkers are words that only internals would put in an error: Redis
+// replies, Go panics and stack traces.
+var leakMarkers = []string{"redis", "goroutine", "panic", ".go:", "runtime error", "nil pointer", "wrongtype", "noscript", "dial unix", "connection refused"}
+
+var unicodeEscape = regexp.MustCompile(`\\u\{?([0-9a-fA-F]{1,6})\}?`)
+
+// haystackOf is what a request says, lower case: as sent, and with JSON
+// and GraphQL escapes undone, so that an error that quotes the request
+// does not count as a leak.
+func haystackOf(parts ...string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p)
+		b.WriteByte(0)
+		var v any
+		if json.Unmarshal([]byte(p), &v) == nil {
+			collectStrings(&b, v)
+		}
+	}
+	s := b.String()
+	s += "\x00" + unicodeEscape.ReplaceAllStringFunc(s, func(m string) string {
+		n, err := strconv.ParseUint(unicodeEscape.FindStringSubmatch(m)[1], 16, 32)
+		if err != nil {
+			return m
+		}
+		return string(rune(n))
+	})
+	return strings.ToLower(s)
+}
+
+func collectStrings(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case string:
+		b.WriteString(v)
+		b.WriteByte(0)
+	case []any:
+		for _, e := range v {
+			collectStrings(b, e)
+		}
+	case map[string]any:
+		for k, e := range v {
+			b.WriteString(k)
+			b.WriteByte(0)
+			collectStrings(b, e)
+		}
+	}
+}
+
+// checkExchange sends req and checks the properties every answer has:
+//   - the server answers, in time, with a status below 500, and one of the
+//     statuses Warble and gqlgen use;
+//   - the answer is a JSON object of GraphQL errors and data; every error
+//     has a message and an extensions.code from api.md's list (but for the
+//     codelessRefusals);
+//   - INTERNAL only answers a body that does not decode as a request;
+//   - no error shows a Redis reply, a panic or a stack trace;
+//   - Redis is written only by a mutation that reached its resolvers, and
+//     a mutation of one field that failed as a whole wrote nothing; a GET
+//     or a query never writes.
+func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange) {
+	t.Helper()
+	x.method = req.Method
+	before := fs.writes(t)
+	resp, err := fs.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s: no answer (a hang, or a panic that closed the connection): %v", x.method, err)
+	}
+	x.body, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: reading the answer: %v", x.method, err)
+	}
+	x.status, x.header = resp.StatusCode, resp.Header
+	after := fs.writes(t)
+	desc := fmt.Sprintf("%s → %d %s", x.method, x.status, x.body)
+
+	switch x.status {
+	case http.StatusOK, http.StatusBadRequest, http.StatusNotAcceptable,
+		http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+	default:
+		t.Fatalf("unexpected status: %s", desc)
+	}
+
+	var answer struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []struct {
+			Message    *string        `json:"message"`
+			Path       []any          `json:"path"`
+			Extensions map[string]any `json:"extensions"`
+		} `json:"errors"`
+	}
+	if err := json.Unmarshal(x.body, &answer); err != nil {
+		lower := strings.ToLower(string(x.body))
+		for _, m := range leakMarkers {
+			if strings.Contains(lower, m) {
+				t.Fatalf("a non-JSON answer shows %q: %s", m, desc)
+			}
+		}
+		t.Fatalf("the answer is not a JSON object: %v: %s", err, desc)
+	}
+	if answer.Data == nil && answer.Errors == nil {
+		t.Fatalf("the answer has neither data nor errors: %s", desc)
+	}
+	ct, _, _ := mime.ParseMediaType(x.header.Get("Content-Type"))
+	jsonType := ct == "application/json" || ct == "application/graphql-response+json"
+
+	var requestLevel bool // an error before any resolver ran
+	var codes []string
+	for _, e := range answer.Errors {
+		if e.Message == nil || *e.Message == "" {
+			t.Fatalf("an error without a message: %s", desc)
+		}
+		msg := *e.Message
+		code, _ := e.Extensions["code"].(string)
+		codes = append(codes, code)
+		if code == "" {
+			if want, ok := codelessRefusals[msg]; !ok || want != x.status {
+				t.Fatalf("an error without an extensions.code: %s", desc)
+			}
+		} else if !knownCodes[code] {
+			t.Fatalf("extensions.code %q is not one api.md lists: %s", code, desc)
+		}
+		if code != "" && !jsonType {
+			t.Fatalf("a GraphQL answer with Content-Type %q: %s", x.header.Get("Content-Type"), desc)
+		}
+		if code == "INTERNAL" {
+			// KNOWN ISSUE (reported): a POST body that does not decode as
+			// a request gets 400 and an INTERNAL error (and an ERROR log
+			// line) instead of a client error. Anything else INTERNAL is
+			// a server fault.
+			if msg != "Internal error." || x.status != http.StatusBadRequest || x.params != nil {
+				t.Fatalf("an INTERNAL error: %s", desc)
+			}
+		}
+		errText, _ := json.Marshal(e)
+		lower := strings.ToLower(msg + " " + string(errText))
+		for _, m := range leakMarkers {
+			if strings.Contains(lower, m) && !strings.Contains(x.haystack, m) {
+				t.Fatalf("an error shows %q, which the request did not say: %s", m, desc)
+			}
+		}
+		if len(e.Path) == 0 || beforeResolvers[code] {
+			requestLevel = true
+		}
+	}
+
+	if before == after {
+		return
+	}
+	// Redis changed: only a POSTed mutation that reached its resolvers may
+	// have done that.
+	var kind ast.Operation
+	var field string
+	if x.params != nil {
+		kind, field = selected(x.params)
+	}
+	switch {
+	case x.method != http.MethodPost:
+		t.Fatalf("a %s wrote to Redis: %s", x.method, desc)
+	case kind != ast.Mutation:
+		t.Fatalf("a request that is not a mutation (%q) wrote to Redis: %s", kind, desc)
+	case x.status != http.StatusOK || requestLevel:
+		t.Fatalf("a mutation refused before its resolvers (codes %q) wrote to Redis: %s", codes, desc)
+	case field != "":
+		for _, e := range answer.Errors {
+			if len(e.Path) == 1 && e.Path[0] == field {
+				t.Fatalf("mutation %s failed (codes %q) but wrote to Redis: %s", field, codes, desc)
+			}
+		}
+	}
+}
+
+// knownHang reports whether a request would hit a known bug that hangs it.
+// KNOWN ISSUE (reported): gqlgen's POST transport runs a subscription and
+// holds the request open until the first event, with nothing to end it.
+// Remove this once POST refuses subscriptions.
+func knownHang(method, contentType string, p *rawParams) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if method != http.MethodPost || err != nil || mt != "application/json" || p == nil {
+		return false
+	}
+	kind, _ := selected(p)
+	return kind == ast.Subscription
+}
+
+// postSeeds are requests that reach most of the request path: reads,
+// mutations refused for each reason, malformed bodies and headers.
+var postSeeds = []struct{ body, contentType, auth, accept string }{
+	{`{"query":"{ viewer { id username } }"}`, "application/json", "", ""},
+	{`{"query":"{ viewer { id username displayName followersCount followingCount postsCount } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"{ globalTimeline(first: 5) { edges { cursor node { id body createdAt author { username } } } pageInfo { hasNextPage endCursor } } }"}`, "application/json", "", ""},
+	{`{"query":"query($n: Int, $a: String) { globalTimeline(first: $n, after: $a) { edges { cursor } } }","variables":{"n":1,"a":"cDE"}}`, "application/json", "", ""},
+	{`{"query":"query($n: Int) { globalTimeline(first: $n) { edges { cursor } } }","variables":{"n":1e308}}`, "application/json", "", ""},
+	{`{"query":"query($n: Int) { newestUsers(first: $n) { id } }","variables":{"n":-2147483649}}`, "application/json", "", ""},
+	{`{"query":"{ globalTimeline(first: 99999999999999999999) { edges { cursor } } }"}`, "application/json", "", ""},
+	{`{"query":"{ globalTimeline(first: 2147483647) { edges { cursor } } }"}`, "application/json", "", ""},
+	{`{"query":"{ globalTimeline(first: 0, after: \"%%%\") { edges { cursor } } }"}`, "application/json", "", ""},
+	{`{"query":"{ homeTimeline(first: 100, after: \"cDk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5\") { edges { cursor node { body } } } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"{ homeTimeline { edges { cursor } } }"}`, "application/json", "", ""},
+	{`{"query":"{ user(username: \"ALICE\") { id followers(first: 3) { totalCount edges { cursor followedAt node { username } } } following(after: \"ZjE6MQ\") { totalCount } commonFollowers { totalCount } commonFollowing(after: \"Y3UxOjE\") { totalCount } followersYouFollow { totalCount } viewerIsFollowing followsViewer posts(first: 1) { edges { node { id } } } } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"{ a: node(id: \"1\") { id ... on User { username } } b: node(id: \"1:1\") { id ... on Post { body } } c: node(id: \"1:01\") { id } d: node(id: \"99999999999999999999\") { id } e: node(id: \"\") { id } }"}`, "application/json", "", ""},
+	{`{"query":"{ __schema { queryType { name } types { name fields { name } } } }"}`, "application/json", "", ""},
+	{`{"query":"{ viewer { followers(first: 100) { edges { node { followers(first: 100) { edges { node { followers(first: 100) { edges { node { username } } } } } } } } } } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"query A { viewer { id } } query B { __typename }","operationName":"B"}`, "application/json", "", ""},
+	{`{"query":"query A { viewer { id } } query B { __typename }","operationName":"C"}`, "application/json", "", ""},
+	{`{"query":"{ ...F } fragment F on Query { ...F }"}`, "application/json", "", ""},
+	{`{"query":"{ viewer { id } }","variables":[]}`, "application/json", "", ""},
+	{`{"query":1}`, "application/json", "", ""},
+	{`{"query":"{ viewer { id } }"`, "application/json", "", ""},
+	{`{"query":"{ viewer { id } }","query":"mutation { logout }"}`, "application/json", "", ""},
+	{`{"QUERY":"{ \u0076iewer { id } }"}`, "application/json", "", ""},
+	{"\xef\xbb\xbf{\"query\":\"{ viewer { id } }\"}", "application/json", "", ""},
+	{`{"query":"{ viewer { id } }"} trailing`, "application/json", "", ""},
+	{"{\"query\":\"{ user(username: \\\"\xff\xfe\\\") { id } }\"}", "application/json", "", ""},
+	{`[]`, "application/json", "", ""},
+	{`null`, "application/json", "", ""},
+	{``, "application/json", "", ""},
+	{`{"query":"mutation { signup(input: {username: \"carol\", password: \"password1\"}) { token user { id username displayName } } }"}`, "application/json", "", ""},
+	{`{"query":"mutation { signup(input: {username: \"Alice\", password: \"password1\"}) { token } }"}`, "application/json", "", ""},
+	{`{"query":"mutation($u: String!) { signup(input: {username: $u, password: \"short\"}) { token } }","variables":{"u":"dave"}}`, "application/json", "", ""},
+	{`{"query":"mutation { signup(input: {username: \"d\u00e4ve\", password: \"password1\", displayName: \"\\u0000\"}) { token } }"}`, "application/json", "", ""},
+	{`{"query":"mutation { login(input: {username: \"alice\", password: \"wrong password\"}) { token } }"}`, "application/json", "", ""},
+	{`{"query":"mutation { createPost(input: {body: \"hi\"}) { post { id } } }"}`, "application/json", "", ""},
+	{`{"query":"mutation { createPost(input: {body: \"hi\"}) { post { id } } }"}`, "application/json", "Bearer not-a-token", ""},
+	{`{"query":"mutation($b: String!) { createPost(input: {body: $b}) { post { id } } }","variables":{"b":" \n\t "}}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation($b: String!) { createPost(input: {body: $b}) { post { id } } }","variables":{"b":"bell\u0007"}}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation { deletePost(input: {postId: \"1:999\"}) { postId } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation { deletePost(input: {postId: \"2:1\"}) { postId } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation { follow(input: {userId: \"1\"}) { user { id } } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation { unfollow(input: {userId: \"abc\"}) { user { id } } }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"mutation { a: follow(input: {userId: \"999\"}) { user { id } } b: logout }"}`, "application/json", "Bearer $TOKEN", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "bearer  $TOKEN ", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "Bearer", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "Basic YWxhZGRpbjpvcGVuc2VzYW1l", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "Bearer $TOKEN$TOKEN", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "Bearer \x80\xff", ""},
+	{`{"query":"{ viewer { id } }"}`, "", "", ""},
+	{`{"query":"{ viewer { id } }"}`, "text/plain", "", ""},
+	{`query=mutation{logout}`, "application/x-www-form-urlencoded", "Bearer $TOKEN", ""},
+	{"--x\r\nContent-Disposition: form-data; name=\"operations\"\r\n\r\n{\"query\":\"mutation { logout }\"}\r\n--x--\r\n", "multipart/form-data; boundary=x", "Bearer $TOKEN", ""},
+	{`{"query":"{ viewer { id } }"}`, "APPLICATION/JSON; charset=latin1", "", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json; boundary=\"", "", ""},
+	{`{ viewer { id } }`, "application/graphql", "", ""},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "", "application/graphql-response+json"},
+	{`{"query":"{ viewer(x: 1) { id } }"}`, "application/json", "", "application/graphql-response+json"},
+	{`{"query":"{ viewer { id } }"}`, "application/json", "", "text/html, */*;q=0.1"},
+	{`{"query":"subscription { globalTimeline { kind } }"}`, "application/json", "", ""}, // known hang: skipped
+}
+
+func FuzzGraphQLPost(f *testing.F) {
+	for _, s := range postSeeds {
+		f.Add([]byte(s.body), s.contentType, s.auth, s.accept)
+	}
+	f.Add([]byte(`{"query":"`+strings.Repeat("{", 5000)+`"}`), "application/json", "", "")
+	f.Add([]byte(`{"query":"{ `+strings.Repeat("__typename ", 6000)+`}"}`), "application/json", "", "")
+	f.Add([]byte(`{"query":"{ viewer { id } }","variables":{"a":`+strings.Repeat("[", 20000)+strings.Repeat("]", 20000)+`}}`), "application/json", "", "")
+	fs := newFuzzServer(f)
+	f.Fuzz(func(t *testing.T, body []byte, contentType, auth, accept string) {
+		params, _ := decodeParams(body) // nil if gqlgen cannot decode it either
+		if knownHang(http.MethodPost, headerValue(contentType), params) {
+			t.Skip("known issue: a subscription over POST hangs")
+		}
+		req, err := http.NewRequest(http.MethodPost, fs.URL+"/graphql", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := headerValue(contentType); ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		if a := headerValue(strings.ReplaceAll(auth, tokenPlaceholder, fs.token)); a != "" {
+			req.Header.Set("Authorization", a)
+		}
+		if a := headerValue(accept); a != "" {
+			req.Header.Set("Accept", a)
+		}
+		fs.checkExchange(t, req, exchange{params: params, haystack: haystackOf(string(body), contentType, auth)})
+		fs.renew(t, params)
+	})
+}
+
+func FuzzGraphQLGet(f *testing.F) {
+	for _, s := range []struct{ query, variables, operationName, auth string }{
+		{`{ viewer { id username } }`, ``, ``, ``},
+		{`{ viewer { id username } }`, ``, ``, `Bearer $TOKEN`},
+		{`query($n: Int) { globalTimeline(first: $n) { edges { cursor node { body } } } }`, `{"n": 3}`, ``, ``},
+		{`query($n: Int) { globalTimeline(first: $n) { edges { cursor } } }`, `{"n": "3"}`, ``, ``},
+		{`query($n: Int) { globalTimeline(first: $n) { edges { cursor } } }`, `x`, ``, ``},
+		{`query($n: Int) { globalTimeline(first: $n) { edges { cursor } } }`, `[]`, ``, ``},
+		{`query($n: Int) { globalTimeline(first: $n) { edges { cursor } } }`, `null`, ``, ``},
+		{`{ user(username: "alice") { posts(after: "cDE") { edges { cursor } } } }`, ``, ``, ``},
+		{`mutation { logout }`, ``, ``, `Bearer $TOKEN`},
+		{`mutation { signup(input: {username: "viaget", password: "password1"}) { token } }`, ``, ``, ``},
+		{`query A { viewer { id } } mutation B { logout }`, ``, `B`, `Bearer $TOKEN`},
+		{`query A { viewer { id } } mutation B { logout }`, ``, `A`, `Bearer $TOKEN`},
+		{`subscription { globalTimeline { kind } }`, ``, ``, ``},
+		{``, ``, ``, ``},
+		{`{ __typename }`, ``, ``, `Bearer nope`},
+		{`{ node(id: "1:1") { id ... on Post { body author { username } } } }`, ``, ``, ``},
+		{"{ user(username: \"\u212aate\") { id } }", ``, ``, ``},
+		{`{ globalTimeline(first: 101) { edges { cursor } } }`, ``, ``, ``},
+	} {
+		f.Add(s.query, s.variables, s.operationName, s.auth)
+	}
+	fs := newFuzzServer(f)
+	f.Fuzz(func(t *testing.T, query, variables, operationName, auth string) {
+		v := url.Values{"query": {query}}
+		if variables != "" {
+			v.Set("variables", variables)
+		}
+		if operationName != "" {
+			v.Set("operationName", operationName)
+		}
+		req, err := http.NewRequest(http.MethodGet, fs.URL+"/graphql?"+v.Encode(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := headerValue(strings.ReplaceAll(auth, tokenPlaceholder, fs.token)); a != "" {
+			req.Header.Set("Authorization", a)
+		}
+		params := &rawParams{Query: query, OperationName: operationName}
+		fs.checkExchange(t, req, exchange{params: params, haystack: haystackOf(query, variables, operationName, auth)})
+		fs.renew(t, params)
+	})
+}
