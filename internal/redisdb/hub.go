@@ -210,6 +210,66 @@ func (h *Hub) revoke(tokenHash string) {
 	}
 }
 
+// recheckSessions starts a check of every watched session, in the
+// background: those that no longer exist are revoked. It runs when the
+// pub/sub connection is back, since the revocations announced while it was
+// down were missed, and a Redis that came back empty has lost every session
+// (and will hand their user ids to new users).
+func (h *Hub) recheckSessions() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for attempt := 0; ; attempt++ {
+			err := h.revokeMissingSessions()
+			if err == nil {
+				return
+			}
+			h.db.log.Warn("check watched sessions after a reconnect", "err", err)
+			select {
+			case <-h.done:
+				return
+			case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+			}
+		}
+	}()
+}
+
+// revokeMissingSessions revokes the watched sessions whose keys are gone.
+func (h *Hub) revokeMissingSessions() error {
+	h.mu.Lock()
+	hashes := make([]string, 0, len(h.sessions))
+	for hash := range h.sessions {
+		hashes = append(hashes, hash)
+	}
+	h.mu.Unlock()
+	if len(hashes) == 0 {
+		return nil
+	}
+	// One EXISTS per key, as the keys are in different hash slots.
+	cmds := make([]*redis.IntCmd, len(hashes))
+	_, err := h.db.client.Pipelined(h.ctx, func(pipe redis.Pipeliner) error {
+		for i, hash := range hashes {
+			cmds[i] = pipe.Exists(h.ctx, sessionKey(hash))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("check %d sessions: %w", len(hashes), err)
+	}
+	for i, cmd := range cmds {
+		if cmd.Val() == 0 {
+			h.db.log.Info("session no longer exists: ending its live subscriptions")
+			h.revoke(hashes[i])
+		}
+	}
+	return nil
+}
+
 // SubscribeTimeline implements warble.LiveService. It returns once the
 // subscription is confirmed by Redis (and, with after, once the replay is
 // read), so that every change made after it returns is delivered.
@@ -229,14 +289,9 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-sub.ch.ready:
-	case <-ctx.Done():
+	if err := h.awaitStart(ctx, sub); err != nil {
 		h.unregister(sub)
-		return nil, ctx.Err()
-	case <-h.done:
-		h.unregister(sub)
-		return nil, errHubClosed
+		return nil, err
 	}
 	var replay []*warble.TimelineEvent
 	if after != nil {
@@ -258,6 +313,44 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	return out, nil
 }
 
+// startProbe is how long a subscription waits for its channel to start
+// before it checks that Redis answers at all.
+const startProbe = time.Second
+
+// awaitStart waits until sub's channel has started. It fails when the
+// channel cannot start (see hubChannel.fail), and when Redis does not
+// answer while it waits: a SUBSCRIBE written into a connection that died
+// unnoticed (a network partition, a host that went away) is not confirmed
+// until Redis is back, and a subscription should fail then as a query
+// does, not wait for that.
+func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
+	probe := time.NewTicker(startProbe)
+	defer probe.Stop()
+	for {
+		select {
+		case <-sub.ch.ready:
+			return nil
+		case <-sub.ch.failed:
+			// The channel may have started after all, on a retry:
+			// started wins.
+			select {
+			case <-sub.ch.ready:
+				return nil
+			default:
+				return sub.ch.err
+			}
+		case <-probe.C:
+			if err := h.db.Ping(ctx); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("subscribe to %s: %w", sub.ch.feed, err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return errHubClosed
+		}
+	}
+}
+
 // register adds a subscriber to the channel of feed, subscribing to the
 // channel if it is the first.
 func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, error) {
@@ -277,6 +370,7 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 			inbox:   make(chan string, hubInbox),
 			confirm: make(chan bool, 1),
 			ready:   make(chan struct{}),
+			failed:  make(chan struct{}),
 			quit:    make(chan struct{}),
 			recent:  newSeqRing(recentSeqs),
 		}
@@ -286,15 +380,16 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 		go ch.run()
 		// When the write fails, go-redis reconnects and subscribes again
 		// to the channels it knew before this one, so this one is sent
-		// once more. If that fails too, the server is down, and go-redis
-		// subscribes to it with the others when it reconnects; that
-		// confirmation counts.
+		// once more. If that fails too, Redis is out of reach: the
+		// subscriptions waiting for the channel fail at once, as any
+		// request does then, rather than wait for Redis to come back.
 		err := h.ps.Subscribe(h.ctx, channel)
 		if err != nil {
 			err = h.ps.Subscribe(h.ctx, channel)
 		}
 		if err != nil {
 			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
+			ch.fail(fmt.Errorf("subscribe to %s: %w", feed, err))
 		}
 	}
 	sub := &subscriber{ch: ch, wake: make(chan struct{}, 1), floor: -1}
@@ -377,7 +472,8 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 			first := false
 			h.revokedOnce.Do(func() { first = true; close(h.revokedReady) })
 			if !first {
-				h.db.log.Warn("pub/sub connection reconnected; session revocations sent meanwhile were missed")
+				h.db.log.Warn("pub/sub connection reconnected; checking the watched sessions for revocations missed meanwhile")
+				h.recheckSessions()
 			}
 		}
 		return
@@ -510,10 +606,13 @@ type hubChannel struct {
 	feed warble.Feed
 	key  string // the sorted set of the feed
 
-	inbox    chan string // message payloads, for run
-	overflow atomic.Bool // set when inbox was full and a message was dropped
-	confirm  chan bool   // a subscription confirmation; true if after a reconnect
-	ready    chan struct{}
+	inbox    chan string   // message payloads, for run
+	overflow atomic.Bool   // set when inbox was full and a message was dropped
+	confirm  chan bool     // a subscription confirmation; true if after a reconnect
+	ready    chan struct{} // closed when the channel has started
+	failed   chan struct{} // closed, after err is set, when it could not start
+	err      error
+	failOnce sync.Once
 	quit     chan struct{} // closed when the last listener leaves
 
 	mu   sync.Mutex
@@ -526,6 +625,15 @@ type hubChannel struct {
 	startLast   int64    // the newest seq the last start read
 	startMarker string   // the marker the last start published
 	beforeMark  bool     // the last start's marker has not come back yet
+}
+
+// fail tells the subscriptions waiting for the channel to start that Redis
+// could not be reached, so that they return err instead of waiting.
+func (ch *hubChannel) fail(err error) {
+	ch.failOnce.Do(func() {
+		ch.err = err
+		close(ch.failed)
+	})
 }
 
 // post queues a message for run without waiting. When the queue is full
@@ -607,7 +715,16 @@ func (ch *hubChannel) run() {
 // drops them, however late the connection delivers them. With resync,
 // messages may have been lost (a reconnect, a full inbox), and the
 // listeners get a RESYNC: their refetch comes after this read. Redis errors
-// are retried until the channel goes away.
+// are retried until the channel goes away; the first one of a channel that
+// has not started yet also fails the subscriptions waiting for it.
+//
+// A resync that finds the timeline's newest seq below the last one
+// dispatched means entries were taken away meanwhile: the newest post was
+// deleted, or Redis lost its data (it restarted without persistence, or
+// failed over to a replica that lagged behind), and the seqs it hands out
+// next may be ones dispatched before. The channel then forgets what it
+// dispatched, and its RESYNC tells subscriptions to do the same (see
+// subscriber.filter), so that the new posts arrive as POST_ADDED.
 func (ch *hubChannel) start(resync bool) {
 	h := ch.hub
 	// Messages dropped so far are covered by what this reads.
@@ -618,10 +735,12 @@ func (ch *hubChannel) start(resync bool) {
 		if err == nil {
 			ch.startLast, _ = strconv.ParseInt(newest, 10, 64)
 			ch.startMarker, ch.beforeMark = marker, true
-			ch.last = max(ch.last, ch.startLast)
 			break
 		}
 		h.db.log.Warn("read timeline for live events", "feed", ch.feed.String(), "err", err)
+		if !ch.started {
+			ch.fail(fmt.Errorf("start live %s: %w", ch.feed, err))
+		}
 		select {
 		case <-ch.quit:
 			return
@@ -630,12 +749,18 @@ func (ch *hubChannel) start(resync bool) {
 		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
 		}
 	}
+	reset := resync && ch.startLast < ch.last
+	if reset {
+		ch.last = ch.startLast
+		ch.recent = newSeqRing(recentSeqs)
+	}
+	ch.last = max(ch.last, ch.startLast)
 	if !ch.started {
 		ch.started = true
 		close(ch.ready)
 	}
 	if resync {
-		ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last, reset: reset})
 	}
 }
 
@@ -715,6 +840,7 @@ type hubEvent struct {
 	ev     *warble.TimelineEvent
 	seq    int64 // the event's position
 	newest int64 // the channel's newest position when it was dispatched
+	reset  bool  // a RESYNC after the timeline went back to seq (see hubChannel.start)
 }
 
 // subscriber is one subscription: a bounded queue that the channel fills
@@ -736,13 +862,23 @@ type subscriber struct {
 // push queues an event without waiting. When the queue is full the
 // subscriber has fallen behind: its queue is replaced by a RESYNC. A RESYNC
 // that follows a RESYNC replaces it.
+//
+// A reset among the events replaced carries over to their replacement, so
+// that the subscriber forgets its floor as it would have.
 func (s *subscriber) push(e *hubEvent) {
 	s.mu.Lock()
 	switch n := len(s.queue); {
 	case n >= subscriberBuffer:
+		reset := e.reset
+		for _, q := range s.queue {
+			reset = reset || q.reset
+		}
 		clear(s.queue)
-		s.queue = append(s.queue[:0], &hubEvent{ev: resyncEvent(e.newest), seq: e.newest, newest: e.newest})
+		s.queue = append(s.queue[:0], &hubEvent{ev: resyncEvent(e.newest), seq: e.newest, newest: e.newest, reset: reset})
 	case e.ev.Kind == warble.Resync && n > 0 && s.queue[n-1].ev.Kind == warble.Resync:
+		if s.queue[n-1].reset && !e.reset {
+			e = &hubEvent{ev: e.ev, seq: e.seq, newest: e.newest, reset: true}
+		}
 		s.queue[n-1] = e
 	default:
 		s.queue = append(s.queue, e)
@@ -769,8 +905,14 @@ func (s *subscriber) pop() (*hubEvent, bool) {
 
 // filter returns the event to send for e after a replay: nil for a post the
 // replay sent already, a RESYNC for one that came too late to be sent in
-// order, and e's event otherwise.
+// order, and e's event otherwise. A reset RESYNC lowers the floor to where
+// the timeline went back to: the client refetches, and the seqs above it
+// are new posts, whatever the replay held.
 func (s *subscriber) filter(e *hubEvent) *warble.TimelineEvent {
+	if e.reset {
+		s.floor = min(s.floor, e.seq)
+		s.replayed = nil
+	}
 	if e.ev.Kind != warble.PostAdded || e.seq > s.floor {
 		return e.ev
 	}

@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -539,6 +542,123 @@ func TestHubReconnect(t *testing.T) {
 	q := mustCreatePost(t, db, ada.ID, "after")
 	wantAdded(t, nextEvent(t, global), q)
 	wantAdded(t, nextEvent(t, user), q)
+}
+
+// TestHubReconnectChecksSessions ends the watches of sessions that went
+// away while the pub/sub connection was down, whose revocations it missed,
+// and keeps the others.
+func TestHubReconnectChecksSessions(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	requireRealRedis(t, db)
+	h := newTestHub(t, db)
+	auth := NewAuthService(db)
+	var watched []context.Context
+	for _, name := range []string{"ada", "bob"} {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: name, Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := h.WatchSession(ctx, hashToken(p.Token))
+		watched = append(watched, w)
+		if name == "ada" {
+			// Gone without an announcement, as when a logout's
+			// PUBLISH is sent while the connection is down.
+			if err := db.client.Del(ctx, sessionKey(hashToken(p.Token))).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-watched[0].Done():
+	case <-time.After(eventWait):
+		t.Fatal("a session that went away is still watched after the reconnect")
+	}
+	// Once the check has run, the other is known to have passed it.
+	waitFor(t, "the check to end", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.sessions) == 1
+	})
+	if watched[1].Err() != nil {
+		t.Error("a session that exists was ended by the reconnect")
+	}
+}
+
+// TestHubRedisRestart kills redis-server under a hub and starts it again
+// empty, as a Redis without persistence comes back from a crash: its
+// sequences start again from 1. Open subscriptions get a RESYNC, then the
+// new posts as POST_ADDED, though their seqs were dispatched before; a
+// session that was lost ends its watch; a subscription that needs Redis to
+// start fails while Redis is down instead of waiting for it.
+func TestHubRedisRestart(t *testing.T) {
+	if os.Getenv("REDIS_URL") != "" {
+		t.Skip("needs a redis-server that the test can stop and restart")
+	}
+	ctx := context.Background()
+	srv := redistest.New(t)
+	if srv.Embedded() {
+		t.Skip("needs a redis-server: the embedded Redis keeps its data over a restart")
+	}
+	db := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost})
+	h := newTestHub(t, db)
+	signup, err := NewAuthService(db).Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ada := signup.User
+	var posts []*warble.Post
+	for range 3 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, "before"))
+	}
+	global := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	user := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
+	// A resumed subscription has a floor: its replay's newest post.
+	after := warble.PostCursor(posts[0].Seq)
+	resumed := mustSubscribe(t, h, warble.GlobalFeed(), &after)
+	wantAdded(t, nextEvent(t, resumed), posts[1])
+	wantAdded(t, nextEvent(t, resumed), posts[2])
+	// Messages of these posts reach the channels' recent seqs.
+	live := mustCreatePost(t, db, ada.ID, "live")
+	for _, events := range []<-chan *warble.TimelineEvent{global, user, resumed} {
+		wantAdded(t, nextEvent(t, events), live)
+	}
+	session, _ := h.WatchSession(ctx, hashToken(signup.Token))
+
+	srv.Stop(t)
+	subCtx, cancel := context.WithTimeout(ctx, eventWait)
+	_, err = h.SubscribeTimeline(subCtx, warble.HomeFeed(ada.ID), nil)
+	if err == nil || subCtx.Err() != nil {
+		t.Fatalf("SubscribeTimeline with Redis down: %v, want it to fail before the test's deadline", err)
+	}
+	cancel()
+	srv.Restart(t)
+
+	for _, events := range []<-chan *warble.TimelineEvent{global, user, resumed} {
+		if ev := nextEvent(t, events); ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(0) {
+			t.Fatalf("event after the restart = %s %q, want RESYNC at the empty timeline's start", ev.Kind, ev.Cursor)
+		}
+	}
+	select {
+	case <-session.Done():
+	case <-time.After(eventWait):
+		t.Fatal("a session lost with Redis's data is still watched")
+	}
+
+	again := mustSignup(t, db, "ada")
+	p := mustCreatePost(t, db, again.ID, "after")
+	if again.ID != ada.ID || p.Seq > live.Seq {
+		t.Fatalf("after the restart: user %s, post seq %d; the test needs ids and seqs that were used before", again.ID, p.Seq)
+	}
+	for _, events := range []<-chan *warble.TimelineEvent{global, user, resumed} {
+		wantAdded(t, nextEvent(t, events), p)
+	}
+	home := mustSubscribe(t, h, warble.HomeFeed(again.ID), nil)
+	q := mustCreatePost(t, db, again.ID, "home")
+	wantAdded(t, nextEvent(t, home), q)
 }
 
 func TestHubClose(t *testing.T) {
