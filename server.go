@@ -328,6 +328,8 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		Logger:         log,
 		WriteTimeout:   cfg.WriteTimeout,
 		AllowWebsocket: allowWebsocket,
+
+		PersistedQueries: redisdb.NewPersistedQueries(db),
 	})
 
 	mux := http.NewServeMux()

@@ -65,6 +65,12 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		if errors.As(err, &ge) && ge.Err == nil && ge.Rule != "" {
 			return gqlErr // a validation rule's error without a code
 		}
+		if errors.As(err, &ge) && ge.Err == nil && strings.Contains(ge.Message, "APQ") {
+			// The persisted query extension's complaints about its input
+			// (a hash that does not match, an unknown version) are short
+			// and meant for the client.
+			return &gqlerror.Error{Message: ge.Message, Extensions: map[string]any{"code": CodeBadUserInput}}
+		}
 		if errors.As(err, &ge) && ge.Err == nil && strings.HasPrefix(ge.Message, "json request body could not be decoded") {
 			// gqlgen's complaint about a body that is not a JSON request
 			// (not JSON, variables that are not an object, a numeric

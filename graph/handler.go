@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
@@ -46,6 +47,10 @@ type HandlerConfig struct {
 	// AllowWebsocket, if set, is asked before each websocket handshake with
 	// the client's address; an ERATELIMITED error refuses it.
 	AllowWebsocket func(ctx context.Context, addr string) error
+
+	// PersistedQueries, if set, stores automatic persisted queries, so that
+	// clients may send a query's SHA-256 instead of its text.
+	PersistedQueries graphql.Cache[string]
 }
 
 // NewHandler returns the GraphQL handler for POST, GET (queries only) and
@@ -84,6 +89,9 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
 	if cfg.Introspection {
 		srv.Use(extension.Introspection{})
+	}
+	if cfg.PersistedQueries != nil {
+		srv.Use(extension.AutomaticPersistedQuery{Cache: cfg.PersistedQueries})
 	}
 	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
 	srv.AroundOperations(authInterceptor(present))

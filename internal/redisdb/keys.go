@@ -55,6 +55,11 @@ func postKey(authorID, seq string) string { return userKey(authorID) + ":p:" + s
 // hex, expiring with the session: w:session:<hash>. Fields: userID, createdAt.
 func sessionKey(tokenHash string) string { return prefix + "session:" + tokenHash }
 
+// persistedQueryKey is a STRING holding a GraphQL query document, keyed by
+// the SHA-256 of its text in hex, expiring a day after its last use:
+// w:apq:<hash>.
+func persistedQueryKey(hash string) string { return prefix + "apq:" + hash }
+
 // rateKey names a rate limit's state, as redis_rate is given it: it adds
 // its own prefix, so the key in Redis is rate:w:rl:<kind>:<subject>, a
 // STRING holding when the subject's next event is due, expiring when the

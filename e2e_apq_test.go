@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+// TestAutomaticPersistedQueries follows the protocol as Apollo's clients
+// use it: the hash alone first; on PERSISTED_QUERY_NOT_FOUND the hash with
+// the query, which stores it; then the hash alone works, over POST and GET,
+// from any client.
+func TestAutomaticPersistedQueries(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "apq")
+	s.post(t, u, "persisted")
+	const query = `{ globalTimeline(first: 1) { edges { node { body } } } }`
+	sum := sha256.Sum256([]byte(query))
+	hash := hex.EncodeToString(sum[:])
+	ext := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hash}}
+	send := func(withQuery bool, extensions map[string]any) gqlResponse {
+		body := map[string]any{"extensions": extensions}
+		if withQuery {
+			body["query"] = query
+		}
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(body))
+		req.Header.Set("Content-Type", "application/json")
+		return s.send(t, req)
+	}
+	wantBody := func(r gqlResponse, what string) {
+		t.Helper()
+		var out struct {
+			GlobalTimeline struct{ Edges []struct{ Node struct{ Body string } } }
+		}
+		r.decode(t, &out)
+		if e := out.GlobalTimeline.Edges; len(e) != 1 || e[0].Node.Body != "persisted" {
+			t.Fatalf("%s: %+v", what, out)
+		}
+	}
+
+	if r := send(false, ext); r.code() != "PERSISTED_QUERY_NOT_FOUND" {
+		t.Fatalf("an unknown hash: %+v, want PERSISTED_QUERY_NOT_FOUND", r.Errors)
+	}
+	wantBody(send(true, ext), "the hash with its query")
+	wantBody(send(false, ext), "the hash alone, once stored")
+
+	extJSON, _ := json.Marshal(ext)
+	get, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?extensions="+url.QueryEscape(string(extJSON)), nil)
+	wantBody(s.send(t, get), "the hash alone over GET")
+
+	// The store is Redis, shared by every process, and entries expire.
+	rdb := s.redis.Client(t)
+	if ttl := rdb.TTL(context.Background(), "w:apq:"+hash).Val(); ttl <= 0 {
+		t.Fatalf("persisted query TTL = %v, want an expiry", ttl)
+	}
+
+	bad := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(make([]byte, 32))}}
+	if r := send(true, bad); r.code() != "BAD_USER_INPUT" {
+		t.Fatalf("a hash that does not match its query: %+v, want BAD_USER_INPUT", r.Errors)
+	}
+	garbage := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": "../../etc"}}
+	if r := send(false, garbage); r.code() != "PERSISTED_QUERY_NOT_FOUND" {
+		t.Fatalf("a malformed hash: %+v, want PERSISTED_QUERY_NOT_FOUND", r.Errors)
+	}
+}
