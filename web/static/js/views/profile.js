@@ -53,7 +53,8 @@ export async function profileView(app, [username, tab = 'posts'], signal) {
   renderCounts();
 
   const isSelf = app.session.viewer?.id === user.id;
-  card.replaceChildren(
+  // Through h(), which skips null and false, unlike replaceChildren.
+  card.replaceChildren(...h('div', {},
     h('div', { class: 'profile-head' },
       avatar(user, 'xl'),
       h('div', { class: 'profile-names' },
@@ -69,7 +70,7 @@ export async function profileView(app, [username, tab = 'posts'], signal) {
       counts.posts, ' · ',
       h('a', { href: `${profileHref(user.username)}/followers` }, counts.followers), ' · ',
       h('a', { href: `${profileHref(user.username)}/following` }, counts.following)),
-    app.session.signedIn && !isSelf && connections(user));
+    app.session.signedIn && !isSelf && connections(user)).childNodes);
 
   const tabs = [
     ['posts', 'Posts', profileHref(user.username)],
