@@ -107,44 +107,63 @@ func (fs *fuzzServer) renew(t testing.TB, p *rawParams) {
 	fs.token = out.Login.Token
 }
 
-// rateLimitPrefix starts the keys of rate limit state (see redisdb's
-// rateKey). They record attempts, refused ones too, by design, so the
-// checks below leave them out.
-const rateLimitPrefix = "rate:"
+// Keys that requests write by design, which the checks below treat apart
+// from the rest: rate limit state (see redisdb's rateKey), which records
+// attempts, refused ones too; and the persisted query cache (see
+// redisdb's persistedQueryKey), which any request that sends a query with
+// its hash may add to, and which a lookup keeps alive.
+const (
+	rateLimitPrefix      = "rate:"
+	persistedQueryPrefix = "w:apq:"
+)
 
-// fingerprintScript digests every key but rate limit state, with its value
-// and whether it expires: one round trip however many keys there are.
+// fingerprintScript digests every key but those, with its value and
+// whether it expires, and counts the persisted queries: one round trip
+// however many keys there are.
 var fingerprintScript = redis.NewScript(`
 local keys = redis.call('KEYS', '*')
 table.sort(keys)
-local parts = {}
+local parts, apq = {}, 0
 for _, k in ipairs(keys) do
-  if string.sub(k, 1, #ARGV[1]) ~= ARGV[1] then
+  if string.sub(k, 1, #ARGV[2]) == ARGV[2] then
+    apq = apq + 1
+  elseif string.sub(k, 1, #ARGV[1]) ~= ARGV[1] then
     local expires = redis.call('PTTL', k) >= 0 and '1' or '0'
     parts[#parts + 1] = k .. '\0' .. expires .. '\0' .. redis.call('DUMP', k)
   end
 end
-return redis.sha1hex(table.concat(parts, '\0'))
+return {redis.sha1hex(table.concat(parts, '\0')), apq}
 `)
 
-// writes returns a value that changes whenever a key Warble keeps, rather
-// than rate limit state, is written.
-func (fs *fuzzServer) writes(t testing.TB) string {
+// state is what checkExchange compares before and after a request.
+type state struct {
+	digest           string // of every key but rate limits and persisted queries
+	persistedQueries int64
+}
+
+func (fs *fuzzServer) state(t testing.TB) state {
 	t.Helper()
 	if fs.redis.Embedded() { // no DUMP: take a snapshot
 		snap := redistest.Snapshot(t, fs.rdb)
+		var st state
 		for k := range snap {
-			if strings.HasPrefix(k, rateLimitPrefix) {
+			if strings.HasPrefix(k, persistedQueryPrefix) {
+				st.persistedQueries++
+			}
+			if strings.HasPrefix(k, rateLimitPrefix) || strings.HasPrefix(k, persistedQueryPrefix) {
 				delete(snap, k)
 			}
 		}
-		return fmt.Sprint(snap) // fmt prints maps sorted
+		st.digest = fmt.Sprint(snap) // fmt prints maps sorted
+		return st
 	}
-	sum, err := fingerprintScript.Run(context.Background(), fs.rdb, nil, rateLimitPrefix).Text()
-	if err != nil {
-		t.Fatalf("fingerprint of Redis: %v", err)
+	res, err := fingerprintScript.Run(context.Background(), fs.rdb, nil, rateLimitPrefix, persistedQueryPrefix).Slice()
+	if err != nil || len(res) != 2 {
+		t.Fatalf("fingerprint of Redis: %v %v", res, err)
 	}
-	return sum
+	digest, _ := res[0].(string)
+	n, _ := res[1].(int64)
+	return state{digest: digest, persistedQueries: n}
 }
 
 // headerValue drops the bytes that net/http refuses to send in a header
@@ -213,6 +232,8 @@ var knownCodes = map[string]bool{
 	"BAD_USER_INPUT": true, "UNAUTHENTICATED": true, "FORBIDDEN": true, "NOT_FOUND": true,
 	"CONFLICT": true, "RATE_LIMITED": true, "INTERNAL": true,
 	"GRAPHQL_PARSE_FAILED": true, "GRAPHQL_VALIDATION_FAILED": true, "COMPLEXITY_LIMIT_EXCEEDED": true,
+	// The automatic persisted query protocol's, which clients look for.
+	"PERSISTED_QUERY_NOT_FOUND": true,
 }
 
 // Codes of errors that stop a request before any resolver runs.
@@ -286,15 +307,16 @@ func collectStrings(b *strings.Builder, v any) {
 //   - the answer is a JSON object of GraphQL errors and data; every error
 //     has a message and an extensions.code from api.md's list (but for the
 //     codelessRefusals);
-//   - INTERNAL only answers a body that does not decode as a request;
+//   - no INTERNAL error (nothing here makes Redis fail);
 //   - no error shows a Redis reply, a panic or a stack trace;
 //   - Redis is written only by a mutation that reached its resolvers, and
 //     a mutation of one field that failed as a whole wrote nothing; a GET
-//     or a query never writes.
+//     or a query never writes (rate limit state aside); only a request
+//     with a persisted query extension adds a persisted query.
 func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange) {
 	t.Helper()
 	x.method = req.Method
-	before := fs.writes(t)
+	before := fs.state(t)
 	resp, err := fs.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s: no answer (a hang, or a panic that closed the connection): %v", x.method, err)
@@ -305,7 +327,7 @@ func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange)
 		t.Fatalf("%s: reading the answer: %v", x.method, err)
 	}
 	x.status, x.header = resp.StatusCode, resp.Header
-	after := fs.writes(t)
+	after := fs.state(t)
 	desc := fmt.Sprintf("%s → %d %s", x.method, x.status, x.body)
 
 	switch x.status {
@@ -358,13 +380,7 @@ func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange)
 			t.Fatalf("a GraphQL answer with Content-Type %q: %s", x.header.Get("Content-Type"), desc)
 		}
 		if code == "INTERNAL" {
-			// KNOWN ISSUE (reported): a POST body that does not decode as
-			// a request gets 400 and an INTERNAL error (and an ERROR log
-			// line) instead of a client error. Anything else INTERNAL is
-			// a server fault.
-			if msg != "Internal error." || x.status != http.StatusBadRequest || x.params != nil {
-				t.Fatalf("an INTERNAL error: %s", desc)
-			}
+			t.Fatalf("an INTERNAL error, with no fault injected: %s", desc)
 		}
 		errText, _ := json.Marshal(e)
 		lower := strings.ToLower(msg + " " + string(errText))
@@ -378,7 +394,14 @@ func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange)
 		}
 	}
 
-	if before == after {
+	// KNOWN ISSUE (reported): gqlgen's APQ extension stores a query before
+	// it is parsed, so a request refused as GRAPHQL_PARSE_FAILED or
+	// GRAPHQL_VALIDATION_FAILED still adds up to 32 KiB for a day. Once
+	// only valid documents are kept, also fail when requestLevel is set.
+	if after.persistedQueries != before.persistedQueries && (x.params == nil || x.params.Extensions["persistedQuery"] == nil) {
+		t.Fatalf("a request without a persisted query extension changed the persisted queries: %s", desc)
+	}
+	if before.digest == after.digest {
 		return
 	}
 	// Redis changed: only a POSTed mutation that reached its resolvers may
