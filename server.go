@@ -62,6 +62,7 @@ type config struct {
 	LogLevel      slog.Level
 	BcryptCost    int           // zero for the default; tests lower it
 	WriteTimeout  time.Duration // of each websocket write; zero for the default
+	LoaderWait    time.Duration // dataloaders' batching window; zero for the default
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -330,6 +331,7 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		AllowWebsocket: allowWebsocket,
 
 		PersistedQueries: redisdb.NewPersistedQueries(db),
+		LoaderWait:       cfg.LoaderWait,
 	})
 
 	mux := http.NewServeMux()

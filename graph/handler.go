@@ -51,6 +51,10 @@ type HandlerConfig struct {
 	// PersistedQueries, if set, stores automatic persisted queries, so that
 	// clients may send a query's SHA-256 instead of its text.
 	PersistedQueries graphql.Cache[string]
+
+	// LoaderWait is how long dataloaders collect keys before a batch; zero
+	// means DefaultLoaderWait.
+	LoaderWait time.Duration
 }
 
 // NewHandler returns the GraphQL handler for POST, GET (queries only) and
@@ -95,5 +99,10 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	}
 	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
 	srv.AroundOperations(authInterceptor(present))
+	loaderWait := cfg.LoaderWait
+	if loaderWait <= 0 {
+		loaderWait = DefaultLoaderWait
+	}
+	srv.AroundResponses(cfg.Resolver.withLoaders(loaderWait))
 	return ws.guard(srv)
 }

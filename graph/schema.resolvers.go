@@ -84,7 +84,7 @@ func (r *postResolver) Author(ctx context.Context, obj *warble.Post) (*warble.Us
 	if obj.Author != nil {
 		return obj.Author, nil
 	}
-	return r.Users.FindUserByID(ctx, obj.AuthorID)
+	return r.loadUser(ctx, obj.AuthorID)
 }
 
 // Viewer is the resolver for the viewer field.
@@ -101,11 +101,11 @@ func (r *queryResolver) User(ctx context.Context, username string) (*warble.User
 func (r *queryResolver) Node(ctx context.Context, id string) (warble.Node, error) {
 	switch {
 	case warble.IsPostID(id):
-		if p, err := nullIfNotFound(r.Posts.FindPostByID(ctx, id)); p != nil || err != nil {
+		if p, err := nullIfNotFound(r.loadPost(ctx, id)); p != nil || err != nil {
 			return p, err
 		}
 	case warble.ValidUserID(id):
-		if u, err := nullIfNotFound(r.Users.FindUserByID(ctx, id)); u != nil || err != nil {
+		if u, err := nullIfNotFound(r.loadUser(ctx, id)); u != nil || err != nil {
 			return u, err
 		}
 	}
@@ -183,20 +183,14 @@ func (r *userResolver) Following(ctx context.Context, obj *warble.User, first *i
 
 // ViewerIsFollowing is the resolver for the viewerIsFollowing field.
 func (r *userResolver) ViewerIsFollowing(ctx context.Context, obj *warble.User) (bool, error) {
-	viewerID := warble.UserIDFromContext(ctx)
-	if viewerID == "" || viewerID == obj.ID {
-		return false, nil
-	}
-	return r.Follows.IsFollowing(ctx, viewerID, obj.ID)
+	s, err := r.followState(ctx, obj)
+	return s.ViewerFollows, err
 }
 
 // FollowsViewer is the resolver for the followsViewer field.
 func (r *userResolver) FollowsViewer(ctx context.Context, obj *warble.User) (bool, error) {
-	viewerID := warble.UserIDFromContext(ctx)
-	if viewerID == "" || viewerID == obj.ID {
-		return false, nil
-	}
-	return r.Follows.IsFollowing(ctx, obj.ID, viewerID)
+	s, err := r.followState(ctx, obj)
+	return s.FollowsViewer, err
 }
 
 // CommonFollowers is the resolver for the commonFollowers field.

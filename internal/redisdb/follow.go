@@ -401,6 +401,36 @@ func (s *FollowService) IsFollowing(ctx context.Context, followerID, followeeID 
 	return true, nil
 }
 
+// FindFollowStates implements warble.FollowService in one round trip: a
+// ZMSCORE of the users in the viewer's following set, and per user a
+// ZSCORE of the viewer in theirs.
+func (s *FollowService) FindFollowStates(ctx context.Context, viewerID string, userIDs []string) ([]warble.FollowState, error) {
+	states := make([]warble.FollowState, len(userIDs))
+	if !warble.ValidUserID(viewerID) || len(userIDs) == 0 {
+		return states, nil
+	}
+	pipe := s.db.client.Pipeline()
+	viewerFollows := zmscore(ctx, pipe, followingKey(viewerID), userIDs)
+	followsViewer := make([]*redis.FloatCmd, len(userIDs))
+	for i, id := range userIDs {
+		if warble.ValidUserID(id) {
+			followsViewer[i] = pipe.ZScore(ctx, followingKey(id), viewerID)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("follow states of %s: %w", viewerID, err)
+	}
+	scores, err := parseScores(viewerFollows, len(userIDs))
+	if err != nil {
+		return nil, fmt.Errorf("follow states of %s: %w", viewerID, err)
+	}
+	for i := range userIDs {
+		states[i].ViewerFollows = scores[i] >= 0
+		states[i].FollowsViewer = followsViewer[i] != nil && followsViewer[i].Err() == nil
+	}
+	return states, nil
+}
+
 // FindFollowers implements warble.FollowService.
 func (s *FollowService) FindFollowers(ctx context.Context, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
 	return s.findFollows(ctx, "followers of "+userID, userID, followersKey(userID), page)

@@ -348,6 +348,30 @@ func (s *PostService) FindPostByID(ctx context.Context, id string) (*warble.Post
 	return posts[0], nil
 }
 
+// FindPostsByIDs implements warble.PostService: two round trips whatever
+// the number of ids, one for the posts and one for their authors.
+func (s *PostService) FindPostsByIDs(ctx context.Context, ids []string) ([]*warble.Post, error) {
+	entries := make([]feedEntry, 0, len(ids))
+	for _, id := range ids {
+		if seq, ok := postSeq(id); ok {
+			entries = append(entries, feedEntry{postID: id, seq: seq})
+		}
+	}
+	posts, err := s.db.loadPosts(ctx, entries)
+	if err != nil {
+		return nil, fmt.Errorf("find %d posts: %w", len(ids), err)
+	}
+	byID := make(map[string]*warble.Post, len(posts))
+	for _, p := range posts {
+		byID[p.ID] = p
+	}
+	out := make([]*warble.Post, len(ids))
+	for i, id := range ids {
+		out[i] = byID[id]
+	}
+	return out, nil
+}
+
 // splitPostID returns the author id and the seq of a well-formed post id.
 func splitPostID(id string) (authorID, seq string, ok bool) {
 	if !warble.IsPostID(id) {

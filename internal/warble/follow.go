@@ -20,6 +20,12 @@ type FollowPayload struct {
 	Viewer *User
 }
 
+// FollowState is how the viewer and another user follow each other.
+type FollowState struct {
+	ViewerFollows bool // the viewer follows the user
+	FollowsViewer bool // the user follows the viewer
+}
+
 // UserConnection is a page of users, such as someone's followers.
 type UserConnection struct {
 	Edges    []*UserEdge
@@ -61,6 +67,10 @@ type FollowService interface {
 
 	// IsFollowing reports whether followerID follows followeeID.
 	IsFollowing(ctx context.Context, followerID, followeeID string) (bool, error)
+
+	// FindFollowStates returns, in one batch, whether viewerID follows
+	// each of userIDs and whether each follows viewerID, in their order.
+	FindFollowStates(ctx context.Context, viewerID string, userIDs []string) ([]FollowState, error)
 
 	// FindFollowers returns who follows userID, newest follow first.
 	FindFollowers(ctx context.Context, userID string, page PageArgs) (*UserConnection, error)

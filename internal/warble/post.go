@@ -89,6 +89,10 @@ type PostService interface {
 	// FindPostByID returns a post with its author, or ENOTFOUND.
 	FindPostByID(ctx context.Context, id string) (*Post, error)
 
+	// FindPostsByIDs returns posts with their authors in one batch, in the
+	// order of ids; an id with no post has a nil entry.
+	FindPostsByIDs(ctx context.Context, ids []string) ([]*Post, error)
+
 	// FindTimeline returns a page of a feed, newest first, with authors.
 	FindTimeline(ctx context.Context, feed Feed, page PageArgs) (*Timeline, error)
 }

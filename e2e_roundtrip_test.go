@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// roundTrips is a go-redis hook that counts round trips: each command sent
+// alone and each pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestRoundTripsDoNotGrowWithThePage checks that a home timeline page with
+// authors and a profile with followers cost the same number of Redis round
+// trips for 5 items as for 50: no field of an item makes a round trip of
+// its own. Follow states, the fields most prone to it, are asked for.
+//
+// Loaders batch what concurrent fields ask for within a short window; the
+// window here is wide, so that a loaded machine cannot split a batch and
+// make the count depend on scheduling rather than on the code.
+func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
+	s := newTestServer(t, func(c *config) { c.LoaderWait = 100 * time.Millisecond })
+	viewer := s.signup(t, "viewer")
+	target := s.signup(t, "target")
+	for i := range 60 {
+		u := s.signup(t, "author")
+		s.post(t, u, fmt.Sprintf("post %d", i))
+		s.follow(t, viewer, u)
+		s.follow(t, u, target)
+		if i%2 == 0 {
+			s.follow(t, u, viewer)
+		}
+	}
+	client, ok := s.app.db.Client().(*redis.Client)
+	if !ok {
+		t.Fatalf("the server's Redis client is a %T", s.app.db.Client())
+	}
+	counter := &roundTrips{}
+	client.AddHook(counter)
+
+	const home = `query($n: Int) { homeTimeline(first: $n) { edges { cursor node { id body createdAt
+		author { username displayName followersCount postsCount viewerIsFollowing followsViewer } } } pageInfo { endCursor } } }`
+	const profile = `query($u: String!, $n: Int) { user(username: $u) { username followersCount
+		followers(first: $n) { totalCount edges { followedAt node { username viewerIsFollowing followsViewer } } } } }`
+	cost := func(query string, vars map[string]any) int64 {
+		s.mustQuery(t, viewer.Token, query, vars, new(any)) // loads the scripts it uses
+		before := counter.n.Load()
+		s.mustQuery(t, viewer.Token, query, vars, new(any))
+		return counter.n.Load() - before
+	}
+	for _, q := range []struct {
+		name  string
+		query string
+		vars  func(n int) map[string]any
+	}{
+		{"home timeline", home, func(n int) map[string]any { return map[string]any{"n": n} }},
+		{"profile with followers", profile, func(n int) map[string]any { return map[string]any{"u": target.Username, "n": n} }},
+	} {
+		small, large := cost(q.query, q.vars(5)), cost(q.query, q.vars(50))
+		t.Logf("%s: %d round trips for 5 items, %d for 50", q.name, small, large)
+		if small != large {
+			t.Errorf("%s: %d round trips for 5 items but %d for 50; want the same", q.name, small, large)
+		}
+	}
+}
