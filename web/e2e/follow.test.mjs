@@ -41,6 +41,7 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   await header.getByText('2 followers').waitFor();
   await header.getByText('Followed by 1 person you follow: Ida Noddack').waitFor();
   await header.getByText('1 follower in common with you: Jo Ann').waitFor();
+  assert.doesNotMatch(await page.locator('main').innerText(), /\b(null|undefined|false|NaN)\b/, 'no stray values on screen');
   assert.equal(await page.getByRole('article').count(), 3);
   await waitLive(page);
 
@@ -104,6 +105,7 @@ e2e('load more pages through older posts', () => env, async (t, scene) => {
   await posts.nth(19).waitFor();
   assert.equal(await posts.count(), 20);
   assert.match(await posts.first().innerText(), /#45\b/, 'newest first');
+  assert.doesNotMatch(await page.locator('main').innerText(), /\b(null|undefined|false|NaN)\b/, 'no stray values on screen');
 
   const more = page.getByRole('button', { name: 'Load more' });
   await more.click();
