@@ -1,34 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/redistest"
 )
-
-// roundTrips is a go-redis hook that counts round trips: each command sent
-// alone and each pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // TestRoundTripsDoNotGrowWithThePage checks that a home timeline page with
 // authors and a profile with followers cost the same number of Redis round
@@ -55,7 +35,7 @@ func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
 	if !ok {
 		t.Fatalf("the server's Redis client is a %T", s.app.db.Client())
 	}
-	counter := &roundTrips{}
+	counter := &redistest.RoundTrips{}
 	client.AddHook(counter)
 
 	const home = `query($n: Int) { homeTimeline(first: $n) { edges { cursor node { id body createdAt
@@ -64,9 +44,9 @@ func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
 		followers(first: $n) { totalCount edges { followedAt node { username viewerIsFollowing followsViewer } } } } }`
 	cost := func(query string, vars map[string]any) int64 {
 		s.mustQuery(t, viewer.Token, query, vars, new(any)) // loads the scripts it uses
-		before := counter.n.Load()
+		before := counter.N()
 		s.mustQuery(t, viewer.Token, query, vars, new(any))
-		return counter.n.Load() - before
+		return counter.N() - before
 	}
 	for _, q := range []struct {
 		name  string

@@ -4,11 +4,10 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -178,26 +177,6 @@ func TestFindTimelineSkipsDeleted(t *testing.T) {
 	}
 }
 
-// roundTripCounter is a go-redis hook that counts round trips: each command
-// sent alone and each pipeline counts once.
-type roundTripCounter struct{ n atomic.Int64 }
-
-func (c *roundTripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *roundTripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *roundTripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // TestFindTimelineRoundTrips checks that a page costs a constant number of
 // round trips: one range read, one fetch of the posts, one of the authors.
 func TestFindTimelineRoundTrips(t *testing.T) {
@@ -206,11 +185,11 @@ func TestFindTimelineRoundTrips(t *testing.T) {
 	for i := range 60 {
 		mustCreatePost(t, db, users[i%3].ID, "post "+strconv.Itoa(i))
 	}
-	counter := &roundTripCounter{}
+	counter := &redistest.RoundTrips{}
 	db.client.AddHook(counter)
 	counts := map[int]int64{}
 	for _, first := range []int{5, 20, 50} {
-		counter.n.Store(0)
+		before := counter.N()
 		tl, err := NewPostService(db).FindTimeline(context.Background(), warble.GlobalFeed(), warble.PageArgs{First: first})
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +197,7 @@ func TestFindTimelineRoundTrips(t *testing.T) {
 		if len(tl.Edges) != first {
 			t.Fatalf("page of %d has %d edges", first, len(tl.Edges))
 		}
-		counts[first] = counter.n.Load()
+		counts[first] = counter.N() - before
 	}
 	if counts[5] != counts[20] || counts[20] != counts[50] || counts[50] > 3 {
 		t.Errorf("round trips per page by size = %v, want the same small number (3) for each", counts)
