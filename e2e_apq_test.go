@@ -34,7 +34,9 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 	wantBody := func(r gqlResponse, what string) {
 		t.Helper()
 		var out struct {
-			GlobalTimeline struct{ Edges []struct{ Node struct{ Body string } } }
+			GlobalTimeline struct {
+				Edges []struct{ Node struct{ Body string } }
+			}
 		}
 		r.decode(t, &out)
 		if e := out.GlobalTimeline.Edges; len(e) != 1 || e[0].Node.Body != "persisted" {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"testing"
 
-
 	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
