@@ -10,7 +10,9 @@ package web
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"io/fs"
 	"net/http"
 	"path"
@@ -37,20 +39,29 @@ func Handler() http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	etags, err := contentTags(sub)
+	if err != nil {
+		panic(err)
+	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		// The files change only with the binary and carry no modification
-		// time (embed), so ask browsers to check each time rather than
-		// keep a stale app after an upgrade.
+		// time (embed), so browsers revalidate each time ("no-cache") and
+		// the ETag, a hash of the content, lets that be a 304 (ServeContent
+		// checks If-None-Match against it).
 		h.Set("Cache-Control", "no-cache")
 		if isAppRoute(r.URL.Path) {
 			h.Set("Content-Security-Policy", contentSecurityPolicy)
 			h.Set("Content-Type", "text/html; charset=utf-8")
+			h.Set("ETag", etags["index.html"])
 			http.ServeContent(w, r, "index.html", time.Time{}, bytes.NewReader(index))
 			return
+		}
+		if tag, ok := etags[strings.TrimPrefix(path.Clean(r.URL.Path), "/")]; ok {
+			h.Set("ETag", tag)
 		}
 		// Go's MIME table may be overridden by the system's; pin the types
 		// that browsers are strict about for module scripts and styles.
@@ -70,4 +81,22 @@ func Handler() http.Handler {
 func isAppRoute(p string) bool {
 	last := p[strings.LastIndex(p, "/")+1:]
 	return !strings.Contains(last, ".")
+}
+
+// contentTags returns a strong ETag for every file in fsys, by path.
+func contentTags(fsys fs.FS) (map[string]string, error) {
+	tags := map[string]string{}
+	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		tags[name] = `"` + hex.EncodeToString(sum[:12]) + `"`
+		return nil
+	})
+	return tags, err
 }

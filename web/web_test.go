@@ -89,3 +89,33 @@ func TestHandlerDoesNotServeTests(t *testing.T) {
 		t.Fatalf("status %d, want 404", res.StatusCode)
 	}
 }
+
+func TestHandlerRevalidatesWithETags(t *testing.T) {
+	h := Handler()
+	for _, target := range []string{"/js/app.js", "/u/ada"} {
+		t.Run(target, func(t *testing.T) {
+			res, _ := get(t, h, target)
+			tag := res.Header.Get("ETag")
+			if !strings.HasPrefix(tag, `"`) || len(tag) < 10 {
+				t.Fatalf("ETag %q", tag)
+			}
+			if cc := res.Header.Get("Cache-Control"); cc != "no-cache" {
+				t.Errorf("Cache-Control %q", cc)
+			}
+			req := httptest.NewRequest(http.MethodGet, target, nil)
+			req.Header.Set("If-None-Match", tag)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusNotModified {
+				t.Errorf("status %d with a matching If-None-Match, want 304", rec.Code)
+			}
+		})
+	}
+}
+
+func TestHandlerRedirectsIndexHTMLToRoot(t *testing.T) {
+	res, _ := get(t, Handler(), "/index.html")
+	if res.StatusCode != http.StatusMovedPermanently || res.Header.Get("Location") != "./" {
+		t.Fatalf("status %d, Location %q; want 301 to ./", res.StatusCode, res.Header.Get("Location"))
+	}
+}
