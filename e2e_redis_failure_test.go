@@ -25,9 +25,9 @@ import (
 // a small fraction of it.
 const hangBound = 3 * time.Second
 
-// unavailableMessage is what a client reads when Redis is out of reach:
-// for now the sentence of every INTERNAL error (see graph/errors.go).
-const unavailableMessage = "Internal error."
+// unavailableMessage is what a client reads when Redis is out of reach
+// (see unavailable in graph/errors.go).
+const unavailableMessage = "The service is temporarily unavailable. Please try again."
 
 // TestRedisFailureAndRecovery kills the redis-server under a running
 // Warble and brings it back, empty, as a crash of a Redis without
@@ -151,11 +151,9 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	}
 
 	// A websocket that signs in needs Redis to check its token: it is
-	// refused at once rather than left waiting. The refusal is the one of
-	// a bad token (close 4403 on graphql-transport-ws, connection_error on
-	// graphql-ws), which the web app takes for an ended session; a code
-	// that says "try again later" would suit an outage better, so this
-	// checks only that the answer is a prompt refusal.
+	// refused at once rather than left waiting, and not as a bad token
+	// (4403, which clients take for an ended session) but with 1013, "try
+	// again later", on graphql-transport-ws (connection_error on graphql-ws).
 	for _, proto := range protocols {
 		c, _, err := s.dialWS(t, proto, nil)
 		if err != nil {
@@ -168,6 +166,8 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 			t.Fatalf("%s: connection_init with a token and Redis down: %s %s, want it refused", proto, m.Type, m.Payload)
 		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			t.Fatalf("%s: connection_init with a token and Redis down: no answer in %v", proto, hangBound)
+		} else if ce := (*websocket.CloseError)(nil); errors.As(err, &ce) && ce.Code != 1013 {
+			t.Fatalf("%s: connection_init with a token and Redis down: closed with %d, want 1013 (try again later)", proto, ce.Code)
 		}
 		t.Logf("%s: connection_init with a token and Redis down: refused after %v", proto, time.Since(start))
 		c.conn.Close()

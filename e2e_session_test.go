@@ -8,8 +8,8 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// waitClosed reads c until the server closes it, failing t if an event
-// arrives first.
+// waitClosed reads c until the server closes it with 4403, as for a bad
+// token, failing t if an event arrives first.
 func waitClosed(t *testing.T, c *wsClient, what string) {
 	t.Helper()
 	for {
@@ -18,6 +18,9 @@ func waitClosed(t *testing.T, c *wsClient, what string) {
 			var ce *websocket.CloseError
 			if !errors.As(err, &ce) {
 				t.Fatalf("%s: %v, want the server to close the websocket", what, err)
+			}
+			if ce.Code != 4403 {
+				t.Fatalf("%s: closed with %d %q, want 4403", what, ce.Code, ce.Text)
 			}
 			return
 		}

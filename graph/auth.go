@@ -88,19 +88,40 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 			return ctx, nil, nil
 		}
 		authCtx, err := authenticate(ctx, auth, header)
+		if err != nil && warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+			// The token could not be checked (Redis is unreachable): not
+			// a verdict on the session, so a code that says to retry.
+			ctx = transport.WithWebsocketCloseCode(ctx, closeTryAgainLater)
+			return transport.AppendCloseReason(ctx, "Try again later"), nil, errors.New(warble.ErrorMessage(err))
+		}
 		if err != nil {
-			ctx = transport.WithWebsocketCloseCode(ctx, 4403)
+			ctx = transport.WithWebsocketCloseCode(ctx, closeForbidden)
 			// gqlgen sends err.Error() as the connection_error message of
 			// the legacy protocol, which clients such as
 			// subscriptions-transport-ws hand to the app: send the
 			// user-facing sentence, not the error's internal form.
 			return transport.AppendCloseReason(ctx, "Forbidden"), nil, errors.New(warble.ErrorMessage(err))
 		}
+		// The connection ends when its session is revoked or expires, with
+		// 4403 as for a bad token, so that a client knows to log in again
+		// rather than reconnect: the code is set before the context that
+		// gqlgen watches ends.
 		sess := warble.SessionFromContext(authCtx)
-		if watcher != nil {
-			authCtx, _ = watcher.WatchSession(authCtx, sess.TokenHash)
+		live, end := context.WithCancel(authCtx)
+		forbid := func() {
+			setCloseCode(ctx, closeForbidden)
+			end()
 		}
-		return endAtExpiry(authCtx, auth, sess), nil, nil
+		if watcher != nil {
+			revoked, _ := watcher.WatchSession(authCtx, sess.TokenHash)
+			context.AfterFunc(revoked, func() {
+				if authCtx.Err() == nil { // revoked, not closed
+					forbid()
+				}
+			})
+		}
+		endAtExpiry(live, auth, sess, forbid)
+		return live, nil, nil
 	}
 }
 
@@ -108,18 +129,17 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 // whether a session has expired (Redis is unreachable).
 const expiryRecheck = 5 * time.Second
 
-// endAtExpiry returns a context that ends when sess expires. A websocket
-// does not extend its session; requests made with the same token elsewhere
-// do, so at the expiry it last knew it asks again, and waits on if the
-// session has been extended.
-func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Session) context.Context {
-	ctx, cancel := context.WithCancel(ctx)
+// endAtExpiry calls expire when sess expires, unless ctx ends first. A
+// websocket does not extend its session; requests made with the same token
+// elsewhere do, so at the expiry it last knew it asks again, and waits on
+// if the session has been extended.
+func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Session, expire func()) {
 	var mu sync.Mutex // held until timer is set, which check uses
 	var timer *time.Timer
 	check := func() {
 		at, err := auth.SessionExpiry(ctx, sess.TokenHash)
 		if warble.ErrorCode(err) == warble.EUNAUTHENTICATED {
-			cancel()
+			expire()
 			return
 		} else if err != nil {
 			at = time.Now().Add(expiryRecheck)
@@ -136,7 +156,6 @@ func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Sess
 		defer mu.Unlock()
 		timer.Stop()
 	})
-	return ctx
 }
 
 // ClientAddress puts the address of the client in the request context, for

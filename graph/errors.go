@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -81,13 +83,26 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 				Extensions: map[string]any{"code": CodeBadUserInput},
 			}
 		}
+		msg := "Internal error."
+		if unavailable(err) {
+			msg = "The service is temporarily unavailable. Please try again."
+		}
 		log.ErrorContext(ctx, "graphql: internal error", "path", gqlErr.Path.String(), "err", err)
 		return &gqlerror.Error{
-			Message:    "Internal error.",
+			Message:    msg,
 			Path:       gqlErr.Path,
 			Extensions: map[string]any{"code": CodeInternal},
 		}
 	}
+}
+
+// unavailable reports whether err is a failure to reach the data store, a
+// network error or a connection that ended mid-answer, rather than a fault
+// of the request or a bug: trying again later may work. graph does not know
+// which store it is, so it asks only the standard library's error types.
+func unavailable(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // RecoverFunc logs a panic in a resolver with its stack and answers with an

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -50,7 +51,8 @@ func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts tr
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	return &gorillaConn{conn: conn, writeTimeout: timeout}, nil
+	closeCode, _ := r.Context().Value(closeCodeKey{}).(*atomic.Int32)
+	return &gorillaConn{conn: conn, writeTimeout: timeout, closeCode: closeCode}, nil
 }
 
 // guard refuses websocket handshakes that Accept would refuse, with one
@@ -75,9 +77,29 @@ func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
 				transport.SendErrorf(w, http.StatusTooManyRequests, "%s", werr.Message)
 				return
 			}
-			next.ServeHTTP(w, r)
+			// A slot for a close code other than gqlgen's own, which
+			// Accept hands to the connection.
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), closeCodeKey{}, new(atomic.Int32))))
 		}
 	})
+}
+
+// closeForbidden is the close code for a connection whose session is bad,
+// revoked or expired, as graphql-transport-ws uses it.
+const closeForbidden = 4403
+
+// closeTryAgainLater is the standard close code for a server that cannot
+// serve the connection now but may soon.
+const closeTryAgainLater = 1013
+
+type closeCodeKey struct{}
+
+// setCloseCode makes the connection of ctx close with code instead of the
+// normal closure gqlgen sends when a connection's context ends.
+func setCloseCode(ctx context.Context, code int32) {
+	if c, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32); ok {
+		c.Store(code)
+	}
 }
 
 // allow asks g.Allow about r, and returns only a rate limit's refusal:
@@ -133,6 +155,7 @@ func OriginAllowed(allowed []string, origin string) bool {
 type gorillaConn struct {
 	conn         *websocket.Conn
 	writeTimeout time.Duration
+	closeCode    *atomic.Int32 // replaces a normal closure when set; may be nil
 }
 
 var (
@@ -170,6 +193,11 @@ func (c *gorillaConn) WriteJSON(v any) error {
 }
 
 func (c *gorillaConn) WriteClose(code int, message string) error {
+	if c.closeCode != nil && code == websocket.CloseNormalClosure {
+		if override := c.closeCode.Load(); override != 0 {
+			code, message = int(override), "Forbidden"
+		}
+	}
 	msg := websocket.FormatCloseMessage(code, message)
 	return c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.writeTimeout))
 }
