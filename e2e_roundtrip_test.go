@@ -19,7 +19,7 @@ import (
 // window here is wide, so that a loaded machine cannot split a batch and
 // make the count depend on scheduling rather than on the code.
 func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.LoaderWait = 100 * time.Millisecond })
+	s := newTestServer(t, func(c *config) { c.LoaderWait = 500 * time.Millisecond })
 	viewer := s.signup(t, "viewer")
 	target := s.signup(t, "target")
 	for i := range 60 {

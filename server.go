@@ -208,6 +208,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), error) {
 	if url == "" {
 		m := miniredis.NewMiniRedis()
+		// Without it, the embedded Redis never expires keys: sessions,
+		// persisted queries and rate limits would last forever.
+		m.ClockTTL(true)
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {
 			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
 		}

@@ -98,6 +98,7 @@ func New(tb testing.TB) *Server {
 // newEmbedded starts the embedded in-memory Redis that `go run .` uses.
 func newEmbedded(tb testing.TB) *Server {
 	m := miniredis.RunT(tb)
+	m.ClockTTL(true) // expire keys in real time, as Warble's embedded mode does
 	return &Server{Addr: m.Addr(), Network: "tcp", URL: "redis://" + m.Addr(), mini: m}
 }
 
