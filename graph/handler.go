@@ -55,6 +55,9 @@ type HandlerConfig struct {
 	// LoaderWait is how long dataloaders collect keys before a batch; zero
 	// means DefaultLoaderWait.
 	LoaderWait time.Duration
+
+	// Metrics, if set, records operation latencies and open subscriptions.
+	Metrics OperationMetrics
 }
 
 // NewHandler returns the GraphQL handler for POST, GET (queries only) and
@@ -98,6 +101,9 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		srv.Use(extension.AutomaticPersistedQuery{Cache: cfg.PersistedQueries})
 	}
 	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
+	if cfg.Metrics != nil {
+		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
+	}
 	srv.AroundOperations(authInterceptor(present))
 	loaderWait := cfg.LoaderWait
 	if loaderWait <= 0 {
