@@ -91,6 +91,7 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 	s.mustQuery(f, fs.token, `{ viewer { id } }`, nil, &me)
 	s.mustQuery(f, other, `mutation($id: ID!) { follow(input: {userId: $id}) { user { id } } }`,
 		map[string]any{"id": me.Viewer.ID}, &out)
+	fs.settle(f, fs.state(f))
 	return fs
 }
 
@@ -117,28 +118,38 @@ const (
 	persistedQueryPrefix = "w:apq:"
 )
 
-// fingerprintScript digests every key but those, with its value and
-// whether it expires, and counts the persisted queries: one round trip
-// however many keys there are.
+// fingerprintScript digests every key but those, with its value (a
+// stream's length only) and whether it expires, and counts the persisted
+// queries and the entries of streams: one round trip however many keys
+// there are.
 var fingerprintScript = redis.NewScript(`
 local keys = redis.call('KEYS', '*')
 table.sort(keys)
-local parts, apq = {}, 0
+local parts, apq, queued = {}, 0, 0
 for _, k in ipairs(keys) do
   if string.sub(k, 1, #ARGV[2]) == ARGV[2] then
     apq = apq + 1
   elseif string.sub(k, 1, #ARGV[1]) ~= ARGV[1] then
     local expires = redis.call('PTTL', k) >= 0 and '1' or '0'
-    parts[#parts + 1] = k .. '\0' .. expires .. '\0' .. redis.call('DUMP', k)
+    local value
+    if redis.call('TYPE', k).ok == 'stream' then
+      local n = redis.call('XLEN', k)
+      queued = queued + n
+      value = 'stream ' .. n -- a DUMP has its readers' times
+    else
+      value = redis.call('DUMP', k)
+    end
+    parts[#parts + 1] = k .. '\0' .. expires .. '\0' .. value
   end
 end
-return {redis.sha1hex(table.concat(parts, '\0')), apq}
+return {redis.sha1hex(table.concat(parts, '\0')), apq, queued}
 `)
 
 // state is what checkExchange compares before and after a request.
 type state struct {
 	digest           string // of every key but rate limits and persisted queries
 	persistedQueries int64
+	queued           int64 // entries in streams: background jobs not yet done
 }
 
 func (fs *fuzzServer) state(t testing.TB) state {
@@ -146,24 +157,48 @@ func (fs *fuzzServer) state(t testing.TB) state {
 	if fs.redis.Embedded() { // no DUMP: take a snapshot
 		snap := redistest.Snapshot(t, fs.rdb)
 		var st state
-		for k := range snap {
+		for k, v := range snap {
 			if strings.HasPrefix(k, persistedQueryPrefix) {
 				st.persistedQueries++
 			}
 			if strings.HasPrefix(k, rateLimitPrefix) || strings.HasPrefix(k, persistedQueryPrefix) {
 				delete(snap, k)
+			} else if strings.HasPrefix(v, "stream ") {
+				n, err := fs.rdb.XLen(context.Background(), k).Result()
+				if err != nil {
+					t.Fatalf("XLEN %s: %v", k, err)
+				}
+				st.queued += n
+				snap[k] = fmt.Sprintf("stream %d", n)
 			}
 		}
 		st.digest = fmt.Sprint(snap) // fmt prints maps sorted
 		return st
 	}
 	res, err := fingerprintScript.Run(context.Background(), fs.rdb, nil, rateLimitPrefix, persistedQueryPrefix).Slice()
-	if err != nil || len(res) != 2 {
+	if err != nil || len(res) != 3 {
 		t.Fatalf("fingerprint of Redis: %v %v", res, err)
 	}
 	digest, _ := res[0].(string)
-	n, _ := res[1].(int64)
-	return state{digest: digest, persistedQueries: n}
+	apq, _ := res[1].(int64)
+	queued, _ := res[2].(int64)
+	return state{digest: digest, persistedQueries: apq, queued: queued}
+}
+
+// settle waits until background jobs (fan-out, queued in a stream and
+// deleted when done) have finished, and returns the state then, so that
+// their writes do not count against the next request.
+func (fs *fuzzServer) settle(t testing.TB, st state) state {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for st.queued > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d background jobs still queued after 30s", st.queued)
+		}
+		time.Sleep(5 * time.Millisecond)
+		st = fs.state(t)
+	}
+	return st
 }
 
 // headerValue drops the bytes that net/http refuses to send in a header
@@ -316,7 +351,7 @@ func collectStrings(b *strings.Builder, v any) {
 func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange) {
 	t.Helper()
 	x.method = req.Method
-	before := fs.state(t)
+	before := fs.settle(t, fs.state(t))
 	resp, err := fs.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s: no answer (a hang, or a panic that closed the connection): %v", x.method, err)
