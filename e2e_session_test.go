@@ -65,24 +65,36 @@ func TestLogoutEverywhereEndsEverySession(t *testing.T) {
 	}
 }
 
-// TestExpiredSessionEndsItsWebsocket uses sessions that last 1.5 seconds
+// TestExpiredSessionEndsItsWebsocket uses sessions that last 3 seconds
 // unused. A websocket whose session nobody uses is closed when the session
 // expires; one whose token is in use elsewhere stays open past that time.
 func TestExpiredSessionEndsItsWebsocket(t *testing.T) {
-	const ttl = 1500 * time.Millisecond
+	const ttl = 3 * time.Second
 	s := newTestServer(t, func(c *config) { c.SessionTTL = ttl })
+	// Each websocket connects right after its signup, and busy's token is
+	// in use from then on, so that a slow machine cannot let a session
+	// expire before the test means it to.
 	idle := s.signup(t, "idle")
-	busy := s.signup(t, "busy")
 	idleWS := s.connect(t, protoTransportWS, idle.Token)
 	idleWS.subscribe("home", `subscription { homeTimeline { kind } }`, nil)
+	busy := s.signup(t, "busy")
+	stop := make(chan struct{})
+	used := make(chan struct{})
+	go func() {
+		defer close(used)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(ttl / 6):
+				s.query(t, busy.Token, `{ viewer { id } }`, nil)
+			}
+		}
+	}()
 	after := s.syncCursor(t, busy)
 	busyWS := s.connect(t, protoLegacyWS, busy.Token)
 	busyWS.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
 
-	// Use busy's token for twice the lifetime; idle's is left alone.
-	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(ttl / 5) {
-		s.mustQuery(t, busy.Token, `{ viewer { id } }`, nil, new(any))
-	}
 	waitClosed(t, idleWS, "idle session's websocket")
 
 	// The busy session's websocket is still open and live.
@@ -91,5 +103,7 @@ func TestExpiredSessionEndsItsWebsocket(t *testing.T) {
 		t.Fatalf("the busy session's subscription got %+v, want it live", ev)
 	}
 	// Once its token rests too, it ends as well.
+	close(stop)
+	<-used
 	waitClosed(t, busyWS, "busy session's websocket after it rested")
 }

@@ -237,17 +237,16 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 // when Redis is slow or gone, where opts leaves them unset (a REDIS_URL may
 // set them, e.g. ?dial_timeout=3s&max_retries=2), and returns opts.
 //
-// The aim is an answer within a second or two, never a hang: with Redis
-// down, a request fails at its first command. go-redis's own defaults keep
-// it far longer: 5 dial attempts 100ms apart inside each of 4 tries per
-// command, so nearly 2s per command against a refused port (until 20
-// failed dials trip its breaker), and 5s timeouts on a Redis that accepts
-// connections but does not answer. Each of Warble's commands is small (a
-// page of ids, one post, one short script) and a healthy Redis answers in
-// well under a millisecond, so a second is hundreds of times what a loaded
-// machine needs, yet short enough to report an outage at once. The tests'
-// server uses these settings too (see newTestServerOn), so the end-to-end
-// tests check them rather than go-redis's defaults.
+// The aim is a prompt answer, never a hang. With Redis down, a request
+// fails at its first command, at once: dials are refused, and one dial per
+// try with one retry keeps go-redis from dialling 20 times per command
+// (its defaults: 5 attempts 100ms apart inside each of 4 tries, nearly 2s
+// against a refused port). A Redis that is up but does not answer is
+// given 3s per reply: a healthy one answers in well under a millisecond,
+// but a reply that waits behind a busy host's scheduler can take a second
+// or more, and a timeout there would retry a write that already happened.
+// The tests' server uses these settings too (see newTestServerOn), so the
+// end-to-end tests check them rather than go-redis's defaults.
 func redisOptions(opts *redis.Options) *redis.Options {
 	setDefault := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -264,16 +263,17 @@ func redisOptions(opts *redis.Options) *redis.Options {
 	}
 	// A Redis that accepts commands and does not answer (stopped, swapping,
 	// blocked by a slow script) fails the command after this long.
-	setDefault(&opts.ReadTimeout, time.Second)
-	setDefault(&opts.WriteTimeout, time.Second)
+	setDefault(&opts.ReadTimeout, 3*time.Second)
+	setDefault(&opts.WriteTimeout, 3*time.Second)
 	// Waiting longer than this for a free connection means every pooled
 	// connection is stuck on a Redis that does not answer: fail rather
 	// than let requests pile up behind them.
-	setDefault(&opts.PoolTimeout, time.Second)
+	setDefault(&opts.PoolTimeout, 4*time.Second)
 	// One retry covers a pooled connection that died between uses (Redis
 	// restarted, a proxy dropped it) when go-redis's idle check misses it.
 	// More would only multiply the wait when Redis is really gone, and
-	// each retry of a write that timed out may run it twice.
+	// each retry of a write that timed out may run it twice (so Warble's
+	// writes are idempotent: see the signup's username claim).
 	if opts.MaxRetries == 0 {
 		opts.MaxRetries = 1
 	}

@@ -128,7 +128,15 @@ func (s *AuthService) Signup(ctx context.Context, in warble.SignupInput) (*warbl
 	if err != nil {
 		return nil, fmt.Errorf("signup %q: claim username: %w", in.Username, err)
 	} else if !ok {
-		return nil, taken()
+		// The client retries a command whose reply timed out, so a
+		// SET NX that was applied may answer "exists": the claim is
+		// ours if it holds our id.
+		holder, err := s.db.client.Get(ctx, nameKey).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("signup %q: claim username: %w", in.Username, err)
+		} else if holder != id {
+			return nil, taken()
+		}
 	}
 
 	now := s.db.now()

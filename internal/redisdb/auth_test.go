@@ -2,10 +2,13 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/warble/warble/internal/warble"
 )
@@ -537,4 +540,51 @@ func TestSessionIndexIsPruned(t *testing.T) {
 	if !db.client.SIsMember(ctx, sessionsKey(p.User.ID), hashToken(last.Token)).Val() {
 		t.Fatal("pruning dropped the newest session's entry")
 	}
+}
+
+// TestSignupSurvivesARetriedClaim checks a username claim whose reply was
+// lost, so that the client sent its SET NX again: the second answer says
+// the key exists, and the signup must see that the claim is its own.
+func TestSignupSurvivesARetriedClaim(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	db.client.(*redis.Client).AddHook(sendTwice{match: func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		return cmd.Name() == "set" && len(args) > 3 && strings.EqualFold(fmt.Sprint(args[len(args)-1]), "nx")
+	}})
+	p, err := NewAuthService(db).Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatalf("Signup with a retried claim: %v", err)
+	}
+	if ttl := db.client.TTL(ctx, usernameKey("ada")).Val(); ttl != -1 {
+		t.Fatalf("claim TTL = %v, want the claim made permanent", ttl)
+	}
+	if got := db.client.Get(ctx, usernameKey("ada")).Val(); got != p.User.ID {
+		t.Fatalf("claim holds %q, want %q", got, p.User.ID)
+	}
+	// A claim held by someone else still means taken.
+	if _, err := NewAuthService(db).Signup(ctx, warble.SignupInput{Username: "ADA", Password: "password123"}); warble.ErrorCode(err) != warble.ECONFLICT {
+		t.Fatalf("Signup of a taken name: err = %v, want ECONFLICT", err)
+	}
+}
+
+// sendTwice is a go-redis hook that sends the commands match picks twice
+// and keeps the second answer, as the client's retry after a lost reply does.
+type sendTwice struct{ match func(redis.Cmder) bool }
+
+func (h sendTwice) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h sendTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.match(cmd) {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h sendTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
