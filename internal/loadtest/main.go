@@ -150,6 +150,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			*m.dst = append(*m.dst, r)
 		}
 	}
+	fan, rawFan, err := measureFanOut(ctx, db, hc, gql, g, o.runs)
+	if err != nil {
+		return fmt.Errorf("fan-out: %w", err)
+	}
 	h, t, rw, c := median(homes), median(types), median(raws), median(creates)
 	fmt.Fprintf(out, "\nmachine: %s/%s, %d CPUs (GOMAXPROCS %d); concurrency %d; %d runs of %s each, medians\n\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), o.concurrency, o.runs, o.duration)
@@ -162,13 +166,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	row("same page, go-redis directly (range + 2 pipelines)", rw)
 	row("createPost, HTTP", c)
 	fmt.Fprintf(out, "\nhome page / __typename: %.2f; home page / raw Redis: %.2f\n", h.rate/t.rate, h.rate/rw.rate)
-	fmt.Fprintf(out, "not measured: fan-out insertions/s end to end and the pipelined ZADD baseline (see BENCHMARKS.md)\n")
+	fmt.Fprintf(out, "\nfan-out of one post by the most followed user (%d followers), medians of %d:\n", g.maxFollowers, o.runs)
+	fmt.Fprintf(out, "| measurement | insertions/s | time |\n|---|---|---|\n")
+	fmt.Fprintf(out, "| createPost until every follower's home timeline has it | %.0f | %s |\n", fan.rate, fan.p50)
+	fmt.Fprintf(out, "| one pipeline of plain ZADDs to the same timelines | %.0f | %s |\n", rawFan.rate, rawFan.p50)
+	fmt.Fprintf(out, "\nfan-out / raw ZADD: %.2f\n", fan.rate/rawFan.rate)
 	return nil
 }
 
 // graph is the seeded social graph.
 type graph struct {
 	ids, tokens     []string
+	celebrity       int // the most followed user
 	follows, posts  int
 	maxFollowers    int
 	medianFollowers int
@@ -232,6 +241,7 @@ func seed(ctx context.Context, db *redisdb.DB, o options) (*graph, error) {
 		}
 		g.posts += o.users
 	}
+	g.celebrity = slices.Index(followers, slices.Max(followers))
 	slices.Sort(followers)
 	g.maxFollowers, g.medianFollowers = followers[len(followers)-1], followers[len(followers)/2]
 	return g, nil
@@ -264,8 +274,54 @@ func parallel(n int, fn func(i int) error) error {
 	}
 }
 
+// measureFanOut times runs posts by the most followed user from the
+// createPost request until every follower's home timeline holds the post
+// (polled from Redis, so asynchronous fan-out counts in full), and runs of
+// the plain pipelined ZADD baseline to the same timelines. Each result's
+// rate is insertions per second and its p50 the time of one fan-out.
+func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, g *graph, runs int) (result, result, error) {
+	author := g.ids[g.celebrity]
+	var fans, raws []result
+	for i := range runs {
+		start := time.Now()
+		var out struct {
+			CreatePost struct{ Post struct{ ID string } }
+		}
+		if err := postData(ctx, hc, endpoint, g.tokens[g.celebrity], `mutation P($b: String!) { createPost(input: {body: $b}) { post { id } } }`,
+			map[string]any{"b": fmt.Sprintf("fan-out %d", i)}, &out); err != nil {
+			return result{}, result{}, err
+		}
+		for {
+			done, total, err := db.FanOutProgress(ctx, author, out.CreatePost.Post.ID)
+			if err != nil {
+				return result{}, result{}, err
+			}
+			if done == total {
+				took := time.Since(start)
+				fans = append(fans, result{rate: float64(total) / took.Seconds(), p50: took})
+				break
+			}
+			if time.Since(start) > time.Minute {
+				return result{}, result{}, fmt.Errorf("post %s reached %d of %d followers in a minute", out.CreatePost.Post.ID, done, total)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		n, took, err := db.RawFanOut(ctx, author, fmt.Sprintf("bench:%d", i))
+		if err != nil {
+			return result{}, result{}, err
+		}
+		raws = append(raws, result{rate: float64(n) / took.Seconds(), p50: took})
+	}
+	return median(fans), median(raws), nil
+}
+
 // post sends one GraphQL request and fails on any error in the answer.
 func post(ctx context.Context, hc *http.Client, endpoint, token, query string, vars map[string]any) error {
+	return postData(ctx, hc, endpoint, token, query, vars, nil)
+}
+
+// postData is post that decodes the answer's data into v, if v is not nil.
+func postData(ctx context.Context, hc *http.Client, endpoint, token, query string, vars map[string]any, v any) error {
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
@@ -285,10 +341,14 @@ func post(ctx context.Context, hc *http.Client, endpoint, token, query string, v
 		return err
 	}
 	var r struct {
+		Data   json.RawMessage   `json:"data"`
 		Errors []json.RawMessage `json:"errors"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil || resp.StatusCode != http.StatusOK || len(r.Errors) > 0 {
 		return fmt.Errorf("status %d: %.300s", resp.StatusCode, raw)
+	}
+	if v != nil {
+		return json.Unmarshal(r.Data, v)
 	}
 	return nil
 }
