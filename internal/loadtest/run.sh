@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the load tool end to end on this machine: a private redis-server on a
-# loopback port, a Warble server on it with RATE_LIMITS=off, then
+# unix socket, a Warble server on it with RATE_LIMITS=off, then
 # internal/loadtest against both. Arguments go to the tool, e.g.
 #   internal/loadtest/run.sh -users 2000 -runs 5 -duration 3s
 # CI runs it on a tiny graph to prove it works:
@@ -17,21 +17,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-redis_port=$(free_port)
-http_port=$(free_port)
-
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
+redis-server --port 0 --unixsocket "$dir/redis.sock" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
 pids+=($!)
 go build -o "$dir/warble" .
 go build -o "$dir/loadtest" ./internal/loadtest
-for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 100); do redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+redis_url="unix://$dir/redis.sock"
 
-REDIS_URL="redis://127.0.0.1:$redis_port/0" RATE_LIMITS=off HOST=127.0.0.1 PORT="$http_port" LOG_LEVEL=warn \
+# PORT=0: the kernel picks a free port, which the server logs.
+REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
   "$dir/warble" >"$dir/warble.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$http_port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+url=
+for _ in $(seq 100); do
+  url=$(sed -n '/warble is listening/s/.*url=\(http:[^ ]*\).*/\1/p' "$dir/warble.log" | head -1)
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
-"$dir/loadtest" -url "http://127.0.0.1:$http_port" -redis-url "redis://127.0.0.1:$redis_port/0" "$@" || {
+"$dir/loadtest" -url "$url" -redis-url "$redis_url" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }
