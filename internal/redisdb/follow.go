@@ -786,7 +786,10 @@ func parseCommonCursor(cursor string) (side byte, pos followPos, err error) {
 	}
 	b, derr := base64.RawURLEncoding.DecodeString(cursor)
 	raw := string(b)
-	if derr != nil || len(raw) < 2 || !strings.HasPrefix(raw, commonCursorKind) {
+	// Only the form formatCommonCursor makes: the decoder also takes
+	// strings with CR or LF in them, or other unused bits at the end.
+	if derr != nil || base64.RawURLEncoding.EncodeToString(b) != cursor ||
+		len(raw) < 2 || !strings.HasPrefix(raw, commonCursorKind) {
 		return 0, pos, bad
 	}
 	side = raw[1]
