@@ -293,3 +293,27 @@ func TestRunEmbedded(t *testing.T) {
 		t.Fatal("still listening after shutdown")
 	}
 }
+
+// TestSubscriptionsNeedAWebsocket checks that a subscription sent over POST
+// or GET is refused at once, rather than held open until the timeline's
+// next event.
+func TestSubscriptionsNeedAWebsocket(t *testing.T) {
+	s := newTestServer(t)
+	const sub = `subscription { globalTimeline { kind } }`
+	post, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{"query": sub}))
+	post.Header.Set("Content-Type", "application/json")
+	get, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape(sub), nil)
+	for _, req := range []*http.Request{post, get} {
+		// The client's timeout only keeps a regression from hanging the test.
+		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+		r := s.send(t, req.WithContext(ctx))
+		cancel()
+		switch {
+		case len(r.Errors) == 0:
+			t.Errorf("%s subscription: ran, want it refused", req.Method)
+		case req.Method == http.MethodPost && (r.code() != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "websocket")):
+			t.Errorf("POST subscription: %+v, want BAD_USER_INPUT that points to websockets", r.Errors)
+		}
+		// GET is gqlgen's to refuse, as for mutations: queries only.
+	}
+}

@@ -462,19 +462,6 @@ func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange)
 	}
 }
 
-// knownHang reports whether a request would hit a known bug that hangs it.
-// KNOWN ISSUE (reported): gqlgen's POST transport runs a subscription and
-// holds the request open until the first event, with nothing to end it.
-// Remove this once POST refuses subscriptions.
-func knownHang(method, contentType string, p *rawParams) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if method != http.MethodPost || err != nil || mt != "application/json" || p == nil {
-		return false
-	}
-	kind, _ := selected(p)
-	return kind == ast.Subscription
-}
-
 // postSeeds are requests that reach most of the request path: reads,
 // mutations refused for each reason, malformed bodies and headers.
 var postSeeds = []struct{ body, contentType, auth, accept string }{
@@ -549,9 +536,6 @@ func FuzzGraphQLPost(f *testing.F) {
 	fs := newFuzzServer(f)
 	f.Fuzz(func(t *testing.T, body []byte, contentType, auth, accept string) {
 		params, _ := decodeParams(body) // nil if gqlgen cannot decode it either
-		if knownHang(http.MethodPost, headerValue(contentType), params) {
-			t.Skip("known issue: a subscription over POST hangs")
-		}
 		req, err := http.NewRequest(http.MethodPost, fs.URL+"/graphql", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)

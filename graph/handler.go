@@ -105,6 +105,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
 	}
 	srv.AroundOperations(authInterceptor(present))
+	srv.AroundOperations(subscriptionsOnWebsockets(present))
 	loaderWait := cfg.LoaderWait
 	if loaderWait <= 0 {
 		loaderWait = DefaultLoaderWait

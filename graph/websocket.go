@@ -11,8 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/warble/warble/internal/warble"
 )
@@ -93,6 +96,26 @@ const closeForbidden = 4403
 const closeTryAgainLater = 1013
 
 type closeCodeKey struct{}
+
+// isWebsocket reports whether ctx belongs to a websocket connection.
+func isWebsocket(ctx context.Context) bool {
+	_, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32)
+	return ok
+}
+
+// subscriptionsOnWebsockets refuses subscriptions sent over plain HTTP.
+// gqlgen's POST and GET transports would run one and hold the request
+// open until the timeline's next event, which on a quiet timeline is never.
+func subscriptionsOnWebsockets(present graphql.ErrorPresenterFunc) graphql.OperationMiddleware {
+	return func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		op := graphql.GetOperationContext(ctx).Operation
+		if op == nil || op.Operation != ast.Subscription || isWebsocket(ctx) {
+			return next(ctx)
+		}
+		err := warble.Errorf(warble.EINVALID, "Subscriptions need a websocket: connect to /graphql with graphql-transport-ws or graphql-ws.")
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
+	}
+}
 
 // setCloseCode makes the connection of ctx close with code instead of the
 // normal closure gqlgen sends when a connection's context ends.
