@@ -60,6 +60,20 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 		t.Fatalf("persisted query TTL = %v, want an expiry", ttl)
 	}
 
+	// A document that does not validate is not kept.
+	const invalid = `{ noSuchField }`
+	invalidSum := sha256.Sum256([]byte(invalid))
+	invalidHash := hex.EncodeToString(invalidSum[:])
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{"query": invalid,
+		"extensions": map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": invalidHash}}}))
+	req.Header.Set("Content-Type", "application/json")
+	if r := s.send(t, req); r.code() != "GRAPHQL_VALIDATION_FAILED" {
+		t.Fatalf("an invalid document: %+v, want GRAPHQL_VALIDATION_FAILED", r.Errors)
+	}
+	if n := rdb.Exists(context.Background(), "w:apq:"+invalidHash).Val(); n != 0 {
+		t.Fatal("a document that failed validation was stored")
+	}
+
 	bad := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(make([]byte, 32))}}
 	if r := send(true, bad); r.code() != "BAD_USER_INPUT" {
 		t.Fatalf("a hash that does not match its query: %+v, want BAD_USER_INPUT", r.Errors)

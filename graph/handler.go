@@ -98,7 +98,12 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		srv.Use(extension.Introspection{})
 	}
 	if cfg.PersistedQueries != nil {
-		srv.Use(extension.AutomaticPersistedQuery{Cache: cfg.PersistedQueries})
+		// gqlgen's extension would store a query before it is parsed, so
+		// that anyone could park any text in Redis; it gets a cache that
+		// only reads, and queries are stored once they have passed
+		// validation and the limits.
+		srv.Use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
+		srv.AroundOperations(storeValidatedQuery(cfg.PersistedQueries))
 	}
 	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
 	if cfg.Metrics != nil {
@@ -112,4 +117,21 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	}
 	srv.AroundResponses(cfg.Resolver.withLoaders(loaderWait))
 	return ws.guard(srv)
+}
+
+// readOnlyCache is a cache whose Add does nothing.
+type readOnlyCache struct{ graphql.Cache[string] }
+
+func (readOnlyCache) Add(context.Context, string, string) {}
+
+// storeValidatedQuery stores the query of an operation that came with its
+// persisted query hash. Operation middleware runs only for documents that
+// parsed, validated and stayed within the limits.
+func storeValidatedQuery(cache graphql.Cache[string]) graphql.OperationMiddleware {
+	return func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		if apq := extension.GetApqStats(ctx); apq != nil && apq.SentQuery {
+			cache.Add(ctx, apq.Hash, graphql.GetOperationContext(ctx).RawQuery)
+		}
+		return next(ctx)
+	}
 }
