@@ -26,6 +26,11 @@ func TestLiveTimelines(t *testing.T) {
 			// Subscribing after a known cursor: nothing after it can be
 			// missed, however long the subscriptions take to start.
 			after := s.syncCursor(t, bob)
+			// Fan-out is asynchronous: the cursor is a position in ada's
+			// home once the sync post has reached it.
+			eventually(t, "the sync post reaches ada's home", func() bool {
+				return len(s.home(t, ada, 1).Edges) == 1
+			})
 			c := s.connect(t, proto, ada.Token)
 			c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
 			c.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})

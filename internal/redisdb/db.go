@@ -31,6 +31,10 @@ type Options struct {
 	BcryptCost   int           // password hashing cost; tests lower it
 	Logger       *slog.Logger
 	Now          func() time.Time // the clock; tests may replace it
+	// AsyncFanOut has CreatePost and DeletePost queue their followers'
+	// part for Workers (see fanout.go) and answer at once. Without it they
+	// do that part themselves before answering, one batch at a time.
+	AsyncFanOut bool
 }
 
 // DB is Warble's data on one Redis (or Redis Cluster) client. The services

@@ -26,6 +26,7 @@ func addPost(tb testing.TB, db *DB, authorID string) int64 {
 	if err != nil {
 		tb.Fatalf("CreatePost by %s: %v", authorID, err)
 	}
+	drainFanOut(tb, db)
 	return p.Seq
 }
 

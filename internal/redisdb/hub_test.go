@@ -140,6 +140,7 @@ func TestHubPostRemoved(t *testing.T) {
 	if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
 		t.Fatal(err)
 	}
+	drainFanOut(t, db)
 	for name, events := range feeds {
 		t.Run(name, func(t *testing.T) {
 			ev := nextEvent(t, events)

@@ -16,6 +16,11 @@ const (
 	newestUsersKey = prefix + "users:new" // ZSET    user ids scored by user id, capped
 	globalKey      = prefix + "global"    // ZSET    post ids scored by post seq, capped
 
+	// fanoutStreamKey is the STREAM of fan-out jobs, read by the consumer
+	// group "workers" (see fanout.go). Fields: op (add or del), author, seq,
+	// post. A job is deleted once done, so the stream holds only jobs to do.
+	fanoutStreamKey = prefix + "{fanout}:jobs"
+
 	globalChannel  = prefix + "ch:global"  // PUBSUB  events of the global timeline
 	revokedChannel = prefix + "ch:revoked" // PUBSUB  hashes of revoked session tokens
 )
@@ -66,6 +71,12 @@ func persistedQueryKey(hash string) string { return prefix + "apq:" + hash }
 // budget is full again. Subjects are user ids, lowercased usernames and
 // client addresses.
 func rateKey(kind, subject string) string { return prefix + "rl:" + kind + ":" + subject }
+
+// fanoutCursorKey is a STRING holding how far a fan-out job has walked its
+// author's followers ("<score> <tied>", see followerCursor), in the stream's
+// slot, deleted with the job and expiring after a week:
+// w:{fanout}:cursor:<entry id>.
+func fanoutCursorKey(entryID string) string { return prefix + "{fanout}:cursor:" + entryID }
 
 // homeChannel carries the events of one user's home timeline: w:ch:home:<id>.
 func homeChannel(userID string) string { return prefix + "ch:home:" + userID }

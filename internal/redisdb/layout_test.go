@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite testdata/layout.golden from wha
 // refresh it with go test -run TestLayout -update.
 func TestLayout(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	auth := NewAuthService(db)
 	ada, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
 	if err != nil {
@@ -39,6 +39,7 @@ func TestLayout(t *testing.T) {
 	if _, err := NewPostService(db).CreatePost(ctx, ada.User.ID, "hello"); err != nil {
 		t.Fatal(err)
 	}
+	drainFanOut(t, db)
 
 	var lines []string
 	keys, err := db.client.Keys(ctx, "*").Result()

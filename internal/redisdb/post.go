@@ -17,7 +17,7 @@ import (
 // A post is a hash in its author's hash slot, and its id sits in sorted sets
 // scored by its seq: the author's posts and home timeline (one atomic step,
 // so the author reads their own write at once), the global timeline, and the
-// followers' home timelines (fan-out, one follower at a time).
+// followers' home timelines (fan-out by workers, see fanout.go).
 type PostService struct{ db *DB }
 
 // NewPostService returns a PostService over db.
@@ -63,7 +63,8 @@ return 1
 // unfollow that ran while the fan-out was walking the followers has removed
 // the author's posts from the timeline already, and must not get one back.
 // A post that the timeline holds already (a repeated delivery) is not
-// announced again.
+// announced again, nor is one older than everything the capped timeline
+// keeps (it is trimmed away at once).
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
@@ -74,8 +75,8 @@ return 1
 // ARGV[5] -> the follower's home channel
 // ARGV[6] -> the added message
 //
-// Returns 1 if the post was added, 0 if it was there already, -1 if the
-// follower does not follow the author.
+// Returns 1 if the post was added, 0 if it was there already or trimmed at
+// once, -1 if the follower does not follow the author.
 var deliverScript = redis.NewScript(`
 if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
 	return -1
@@ -84,6 +85,9 @@ if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
 end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[4]) + 1))
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+	return 0
+end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 `)
@@ -131,10 +135,17 @@ redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `)
 
-// CreatePost implements warble.PostService. The steps after the author's own
-// timelines cross hash slots; a failure there is logged rather than
-// returned, because the post exists by then and a client that retried would
-// write it twice. Fan-out runs to its end even if ctx is cancelled.
+// CreatePost implements warble.PostService. The author's own timelines get
+// the post at once. With Options.AsyncFanOut the followers' home timelines
+// get it from a fan-out worker (see fanout.go), through a job that
+// CreatePost enqueues before it answers, which is what makes the fan-out
+// survive any crash after the answer; if the enqueue fails, CreatePost
+// fails: the author has the post then, but answering success would promise
+// a delivery that will not come. Without AsyncFanOut, CreatePost delivers to
+// the followers itself before it answers, even if ctx is cancelled. Other
+// failures after the author's step, which no promise depends on, are logged
+// rather than returned, because the post exists by then and a client that
+// retried would write it twice.
 func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
 	if !warble.ValidUserID(authorID) {
 		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
@@ -158,6 +169,11 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// The author has the post; the rest must not be cut short by a client
 	// that hangs up now.
 	ctx = context.WithoutCancel(ctx)
+	if s.db.opts.AsyncFanOut {
+		if err := s.db.enqueueFanOut(ctx, opDeliver, authorID, seq, id); err != nil {
+			return nil, fmt.Errorf("create post by %s: enqueue fan-out of %s: %w", authorID, id, err)
+		}
+	}
 	_, err = s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
 		pipe.ZRemRangeByRank(ctx, globalKey, 0, -int64(s.db.opts.GlobalCap+1))
@@ -167,8 +183,10 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", err)
 	}
-	if err := s.db.fanOut(ctx, authorID, seq, id); err != nil {
-		s.db.log.ErrorContext(ctx, "fan out post", "post", id, "err", err)
+	if !s.db.opts.AsyncFanOut {
+		if err := s.db.fanOut(ctx, authorID, seq, id, startCursor, fanOutChunk, noSave); err != nil {
+			s.db.log.ErrorContext(ctx, "fan out post", "post", id, "err", err)
+		}
 	}
 
 	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
@@ -179,37 +197,113 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 }
 
 // fanOut delivers a post to the home timelines of its author's followers,
-// a chunk of followers per round trip. It is self-contained (it needs only
-// the post's id, seq and author) so that it can move into a background
-// worker. Delivery is idempotent: running it again for the same post
-// neither duplicates the post nor announces it twice.
-func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string) error {
+// batch followers per round trip, starting at from and calling save with
+// the position after each batch but the last (see Worker). Delivery is
+// idempotent: running it again for the same post neither duplicates the
+// post nor announces it twice.
+//
+// It stops, and takes the post back off the batch it just delivered, once
+// the post's hash is gone: a delete raced this fan-out, and its own job may
+// already have passed these followers. It checks that after each batch and
+// before the first, since a worker that died between a batch and its check
+// left the cursor at that batch. The doc comment at the top of fanout.go has
+// the whole argument.
+func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
+	from followerCursor, batch int, save func(followerCursor) error) error {
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
-	return db.eachFollowerChunk(ctx, authorID, func(followers []string) error {
-		return runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+	gone := func() (bool, error) {
+		n, err := db.client.Exists(ctx, postKey(authorID, seqText)).Result()
+		if err != nil {
+			return false, fmt.Errorf("check post %s: %w", postID, err)
+		}
+		return n == 0, nil
+	}
+	undo := func(followers []string) error {
+		return db.undeliver(ctx, followers, seq, postID)
+	}
+	if g, err := gone(); err != nil {
+		return err
+	} else if g {
+		followers, _, _, err := db.followerChunk(ctx, authorID, from, batch)
+		if err != nil {
+			return err
+		}
+		return undo(followers)
+	}
+	for {
+		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
+		if err != nil {
+			return err
+		}
+		err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
 			for _, f := range followers {
 				deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
 					seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added)
 			}
 		})
-	})
+		if err != nil {
+			return fmt.Errorf("deliver post %s: %w", postID, err)
+		}
+		if g, err := gone(); err != nil {
+			return err
+		} else if g {
+			return undo(followers)
+		}
+		if last {
+			return nil
+		}
+		if err := save(next); err != nil {
+			return err
+		}
+		from = next
+	}
 }
 
-// unFanOut takes a deleted post off its author's followers' home timelines.
-func (db *DB) unFanOut(ctx context.Context, authorID string, seq int64, postID string) error {
+// unFanOut takes a deleted post off its author's followers' home timelines,
+// batch followers per round trip, starting at from and calling save with
+// the position after each batch but the last.
+func (db *DB) unFanOut(ctx context.Context, authorID string, seq int64, postID string,
+	from followerCursor, batch int, save func(followerCursor) error) error {
+	for {
+		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
+		if err != nil {
+			return err
+		}
+		if err := db.undeliver(ctx, followers, seq, postID); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+		if err := save(next); err != nil {
+			return err
+		}
+		from = next
+	}
+}
+
+// undeliver takes a post off the home timelines of followers, in one round
+// trip.
+func (db *DB) undeliver(ctx context.Context, followers []string, seq int64, postID string) error {
+	if len(followers) == 0 {
+		return nil
+	}
 	removed := encodeRemoved(seq, postID)
-	return db.eachFollowerChunk(ctx, authorID, func(followers []string) error {
-		return runScripts(ctx, db.client, undeliverScript, func(pipe redis.Pipeliner) {
-			for _, f := range followers {
-				undeliverScript.EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
-			}
-		})
+	err := runScripts(ctx, db.client, undeliverScript, func(pipe redis.Pipeliner) {
+		for _, f := range followers {
+			undeliverScript.EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
+		}
 	})
+	if err != nil {
+		return fmt.Errorf("undeliver post %s: %w", postID, err)
+	}
+	return nil
 }
 
-// eachFollowerChunk calls fn with the followers of authorID, oldest follow
-// first, up to fanOutChunk at a time.
+// followerChunk returns up to n followers of authorID from position c on,
+// oldest follow first, the position after them, and whether they are the
+// last.
 //
 // The walk goes by score (follow time), not by rank: an unfollow during the
 // walk would shift every later rank down and make a rank walk skip a
@@ -217,42 +311,33 @@ func (db *DB) unFanOut(ctx context.Context, authorID string, seq int64, postID s
 // its backfill copies the post anyway. Followers tied on the last score read
 // are skipped by offset; a tie that an unfollow shifts can at worst deliver
 // twice, which delivery ignores.
-func (db *DB) eachFollowerChunk(ctx context.Context, authorID string, fn func(followers []string) error) error {
-	min, tied := "-inf", int64(0)
-	for {
-		chunk, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-			Key: followersKey(authorID), Start: min, Stop: "+inf", ByScore: true,
-			Offset: tied, Count: fanOutChunk,
-		}).Result()
-		if err != nil {
-			return fmt.Errorf("read followers of %s: %w", authorID, err)
-		}
-		if len(chunk) == 0 {
-			return nil
-		}
-		followers := make([]string, len(chunk))
-		for i, z := range chunk {
-			followers[i], _ = z.Member.(string)
-		}
-		if err := fn(followers); err != nil {
-			return err
-		}
-		if len(chunk) < fanOutChunk {
-			return nil
-		}
-		last := chunk[len(chunk)-1].Score
-		n := int64(0)
-		for _, z := range chunk {
-			if z.Score == last {
-				n++
-			}
-		}
-		if text := formatScore(last); text == min {
-			tied += n // the whole chunk shares the score of the one before
-		} else {
-			min, tied = text, n
+func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCursor, n int) ([]string, followerCursor, bool, error) {
+	chunk, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: followersKey(authorID), Start: c.min, Stop: "+inf", ByScore: true,
+		Offset: c.tied, Count: int64(n),
+	}).Result()
+	if err != nil {
+		return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
+	}
+	followers := make([]string, len(chunk))
+	for i, z := range chunk {
+		followers[i], _ = z.Member.(string)
+	}
+	if len(chunk) < n {
+		return followers, c, true, nil
+	}
+	last := chunk[len(chunk)-1].Score
+	tied := int64(0)
+	for _, z := range chunk {
+		if z.Score == last {
+			tied++
 		}
 	}
+	next := followerCursor{min: formatScore(last), tied: tied}
+	if next.min == c.min {
+		next.tied += c.tied // the whole chunk shares the score of the one before
+	}
+	return followers, next, false, nil
 }
 
 // scriptLoads remembers which scripts this process has loaded, so that
@@ -292,9 +377,11 @@ func runScripts(ctx context.Context, c redis.UniversalClient, script *redis.Scri
 }
 
 // DeletePost implements warble.PostService. The author's own timelines lose
-// the post in one atomic step; the global timeline and the followers' home
-// timelines follow, and a failure there is logged rather than returned: the
-// post is gone by then, and timeline reads skip ids whose post is gone.
+// the post in one atomic step; the global timeline follows, and the
+// followers' home timelines, through a fan-out job (see fanout.go) with
+// Options.AsyncFanOut, else before DeletePost answers. A failure
+// after the first step is logged rather than returned: the post is gone by
+// then, and timeline reads skip ids whose post is gone.
 func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) error {
 	owner, seqText, ok := splitPostID(postID)
 	if !ok {
@@ -327,7 +414,12 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from global timeline", "post", postID, "err", err)
 	}
-	if err := s.db.unFanOut(ctx, authorID, seq, postID); err != nil {
+	if !s.db.opts.AsyncFanOut {
+		err = s.db.unFanOut(ctx, authorID, seq, postID, startCursor, fanOutChunk, noSave)
+	} else {
+		err = s.db.enqueueFanOut(ctx, opUndeliver, authorID, seq, postID)
+	}
+	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from followers' timelines", "post", postID, "err", err)
 	}
 	return nil

@@ -11,13 +11,15 @@ import (
 	"github.com/warble/warble/internal/warble"
 )
 
-// mustCreatePost creates a post by authorID and returns it.
+// mustCreatePost creates a post by authorID, runs its fan-out to the end,
+// and returns it.
 func mustCreatePost(tb testing.TB, db *DB, authorID, body string) *warble.Post {
 	tb.Helper()
 	p, err := NewPostService(db).CreatePost(context.Background(), authorID, body)
 	if err != nil {
 		tb.Fatalf("CreatePost(%s, %q): %v", authorID, body, err)
 	}
+	drainFanOut(tb, db)
 	return p
 }
 
@@ -33,7 +35,7 @@ func zsetIDs(tb testing.TB, db *DB, key string) []string {
 
 func TestCreatePost(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
 	cat := mustSignup(t, db, "cat")
@@ -79,7 +81,7 @@ func TestCreatePost(t *testing.T) {
 }
 
 func TestCreatePostCaps(t *testing.T) {
-	db := newTestDB(t, Options{HomeCap: 5, GlobalCap: 5})
+	db := newTestDB(t, Options{HomeCap: 5, GlobalCap: 5, AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
 	mustFollow(t, db, bob.ID, ada.ID)
@@ -100,7 +102,7 @@ func TestCreatePostCaps(t *testing.T) {
 
 func TestDeletePost(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	posts := NewPostService(db)
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
@@ -111,6 +113,7 @@ func TestDeletePost(t *testing.T) {
 	if err := posts.DeletePost(ctx, ada.ID, gone.ID); err != nil {
 		t.Fatalf("DeletePost: %v", err)
 	}
+	drainFanOut(t, db)
 	for _, key := range []string{postsKey(ada.ID), homeKey(ada.ID), homeKey(bob.ID), globalKey} {
 		if got := zsetIDs(t, db, key); !slices.Equal(got, []string{keep.ID}) {
 			t.Errorf("%s = %v, want only %s", key, got, keep.ID)
@@ -136,7 +139,7 @@ func TestDeletePost(t *testing.T) {
 
 func TestDeletePostRejected(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	posts := NewPostService(db)
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
@@ -171,7 +174,7 @@ func TestDeletePostRejected(t *testing.T) {
 }
 
 func TestFindPostByIDMalformed(t *testing.T) {
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	for _, id := range []string{"", "1", "1:", ":1", "a:1", "1:b", "1:1:1", "01:1"} {
 		if _, err := NewPostService(db).FindPostByID(context.Background(), id); warble.ErrorCode(err) != warble.ENOTFOUND {
 			t.Errorf("FindPostByID(%q) err = %v, want ENOTFOUND", id, err)
@@ -183,7 +186,7 @@ func TestFindPostByIDMalformed(t *testing.T) {
 // whose unfollow ran while the fan-out walked the followers gets nothing.
 func TestFanOutSkipsUnfollowed(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
 	p := mustCreatePost(t, db, ada.ID, "hello")
@@ -193,7 +196,7 @@ func TestFanOutSkipsUnfollowed(t *testing.T) {
 	if err := db.client.ZAdd(ctx, followersKey(ada.ID), redis.Z{Score: 1, Member: bob.ID}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID); err != nil {
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
 		t.Fatal(err)
 	}
 	if got := zsetIDs(t, db, homeKey(bob.ID)); len(got) != 0 {
@@ -205,7 +208,7 @@ func TestFanOutSkipsUnfollowed(t *testing.T) {
 // duplicates it nor announces it twice, and survives a script cache flush.
 func TestFanOutIdempotent(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
 	mustFollow(t, db, bob.ID, ada.ID)
@@ -219,7 +222,7 @@ func TestFanOutIdempotent(t *testing.T) {
 	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID); err != nil {
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
 		t.Fatalf("fanOut after SCRIPT FLUSH: %v", err)
 	}
 	if got := zsetIDs(t, db, homeKey(bob.ID)); !slices.Equal(got, []string{p.ID}) {
@@ -241,7 +244,7 @@ func TestFanOutIdempotent(t *testing.T) {
 // with many followers tied on the same follow time.
 func TestFanOutManyFollowers(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, Options{AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	const n = 2*fanOutChunk + 17
 	pipe := db.client.Pipeline()
@@ -274,6 +277,7 @@ func TestFanOutManyFollowers(t *testing.T) {
 	if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
 		t.Fatal(err)
 	}
+	drainFanOut(t, db)
 	left := 0
 	for i := range n {
 		if db.client.ZCard(ctx, homeKey(strconv.Itoa(1000+i))).Val() != 0 {

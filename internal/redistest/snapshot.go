@@ -39,6 +39,8 @@ func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
 				v, err = c.ZRangeWithScores(ctx, k, 0, -1).Result()
 			case "list":
 				v, err = c.LRange(ctx, k, 0, -1).Result()
+			case "stream":
+				v, err = c.XRange(ctx, k, "-", "+").Result()
 			default:
 				err = fmt.Errorf("unexpected type %s", typ)
 			}

@@ -1,0 +1,267 @@
+package redisdb
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// drainFanOut runs every fan-out job queued now to its end, as a worker
+// would, and returns when none is left: tests that check followers'
+// timelines call it where the server's workers would run in the background.
+func drainFanOut(tb testing.TB, db *DB) {
+	tb.Helper()
+	w := NewWorker(db, WorkerOptions{})
+	for {
+		n, err := w.step(context.Background(), -1)
+		if err != nil {
+			tb.Fatalf("fan-out: %v", err)
+		}
+		if n == 0 && w.db.client.XLen(context.Background(), fanoutStreamKey).Val() == 0 {
+			return
+		}
+	}
+}
+
+// newAsyncTestDB is newTestDB with fan-out left to workers.
+func newAsyncTestDB(t testing.TB) *DB {
+	t.Helper()
+	return newTestDB(t, Options{AsyncFanOut: true})
+}
+
+// manyFollowers makes n users (ids from 1000 on, with no user hashes) follow
+// authorID and returns their ids.
+func manyFollowers(tb testing.TB, db *DB, authorID string, n int) []string {
+	tb.Helper()
+	ctx := context.Background()
+	ids := make([]string, n)
+	pipe := db.client.Pipeline()
+	for i := range n {
+		ids[i] = strconv.Itoa(1000 + i)
+		pipe.ZAdd(ctx, followersKey(authorID), redis.Z{Score: float64(i), Member: ids[i]})
+		pipe.ZAdd(ctx, followingKey(ids[i]), redis.Z{Score: float64(i), Member: authorID})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}
+
+// holding returns how many of users' home timelines hold postID.
+func holding(tb testing.TB, db *DB, users []string, postID string) int {
+	tb.Helper()
+	ctx := context.Background()
+	pipe := db.client.Pipeline()
+	scores := make([]*redis.FloatCmd, len(users))
+	for i, u := range users {
+		scores[i] = pipe.ZScore(ctx, homeKey(u), postID)
+	}
+	pipe.Exec(ctx)
+	n := 0
+	for _, c := range scores {
+		if c.Err() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFanOutRacingDelete checks that a delete whose job overtakes a create
+// fan-out still walking the followers leaves the post in no timeline.
+func TestFanOutRacingDelete(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 250)
+	p, err := NewPostService(db).CreatePost(ctx, ada.ID, "soon gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The create fan-out delivers one batch of 100; then the post is
+	// deleted and the delete job runs to its end; then the create fan-out
+	// goes on.
+	batches := 0
+	err = db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, func(followerCursor) error {
+		if batches++; batches == 1 {
+			if got := holding(t, db, followers, p.ID); got != 100 {
+				t.Fatalf("after the first batch %d followers hold the post, want 100", got)
+			}
+			if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
+				t.Fatal(err)
+			}
+			drainFanOut(t, db) // runs the create job from the start, then the delete job
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := holding(t, db, followers, p.ID); got != 0 {
+		t.Errorf("%d followers hold the deleted post", got)
+	}
+}
+
+// TestFanOutResumedAfterDelete checks the case where a worker delivered a
+// batch after the delete job had passed those followers and died before it
+// could check the post: whoever resumes the job takes the batch back.
+func TestFanOutResumedAfterDelete(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 250)
+	p, err := NewPostService(db).CreatePost(ctx, ada.ID, "soon gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A first batch is delivered and its cursor saved.
+	stop := errors.New("stop")
+	var saved followerCursor
+	err = db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, func(c followerCursor) error {
+		saved = c
+		return stop
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("fanOut = %v, want the save error", err)
+	}
+	// The post is deleted and its delete job runs, without the create job.
+	if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.unFanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, noSave); err != nil {
+		t.Fatal(err)
+	}
+	// The stalled worker's delivery of the second batch lands now, and the
+	// worker dies before its check.
+	second, _, _, err := db.followerChunk(ctx, ada.ID, saved, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+		for _, f := range second {
+			deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
+				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := holding(t, db, followers, p.ID); got != 100 {
+		t.Fatalf("the late batch reached %d followers, want 100", got)
+	}
+	// Another worker resumes the job from its cursor.
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID, saved, 100, noSave); err != nil {
+		t.Fatal(err)
+	}
+	if got := holding(t, db, followers, p.ID); got != 0 {
+		t.Errorf("%d followers hold the deleted post", got)
+	}
+}
+
+// TestWorkerTakesOverDeadJob checks the queue's side of a crash: a job read
+// by a worker that then died is taken over by another worker after the
+// claim idle time, resumes at its saved cursor, and is done once.
+func TestWorkerTakesOverDeadJob(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 250)
+	p, err := NewPostService(db).CreatePost(ctx, ada.ID, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead worker read the job, delivered a batch and saved its cursor.
+	dead := NewWorker(db, WorkerOptions{Name: "dead", Batch: 100})
+	if ok, err := dead.ensureGroup(ctx); err != nil || !ok {
+		t.Fatalf("ensureGroup = %v, %v", ok, err)
+	}
+	streams, err := db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: fanOutGroup, Consumer: "dead", Streams: []string{fanoutStreamKey, ">"}, Count: 1, Block: -1,
+	}).Result()
+	if err != nil || len(streams) != 1 || len(streams[0].Messages) != 1 {
+		t.Fatalf("XREADGROUP = %v, %v", streams, err)
+	}
+	id := streams[0].Messages[0].ID
+	first, next, _, err := db.followerChunk(ctx, ada.ID, startCursor, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, func(c followerCursor) error {
+		if err := dead.saveCursor(ctx, id, c); err != nil {
+			t.Fatal(err)
+		}
+		return errors.New("killed")
+	}); err == nil {
+		t.Fatal("the dead worker's fan-out did not stop")
+	}
+	if got := db.client.Get(ctx, fanoutCursorKey(id)).Val(); got != next.String() {
+		t.Fatalf("cursor = %q, want %q", got, next)
+	}
+
+	// Before the claim idle time, another worker leaves the job alone.
+	live := NewWorker(db, WorkerOptions{Name: "live", Batch: 100, ClaimIdle: 300 * time.Millisecond})
+	if n, err := live.step(ctx, -1); err != nil || n != 0 {
+		t.Fatalf("step before the idle time = %d, %v; want 0", n, err)
+	}
+	// The first batch's followers get the post again on the takeover only
+	// if the cursor is ignored; make that visible.
+	for _, f := range first {
+		db.client.ZRem(ctx, homeKey(f), p.ID)
+	}
+	time.Sleep(400 * time.Millisecond) // past the claim idle time
+	if n, err := live.step(ctx, -1); err != nil || n != 1 {
+		t.Fatalf("step after the idle time = %d, %v; want 1", n, err)
+	}
+	if got := holding(t, db, followers[100:], p.ID); got != 150 {
+		t.Errorf("%d of the 150 followers after the cursor hold the post", got)
+	}
+	if got := holding(t, db, first, p.ID); got != 0 {
+		t.Errorf("the takeover started before the cursor: %d of the first batch hold the post again", got)
+	}
+	if n := db.client.XLen(ctx, fanoutStreamKey).Val(); n != 0 {
+		t.Errorf("stream holds %d jobs after the takeover", n)
+	}
+	// The dead worker, back from a stall, has lost the job.
+	if err := dead.saveCursor(ctx, id, next); !errors.Is(err, errLostJob) {
+		t.Errorf("saveCursor by the old owner = %v, want errLostJob", err)
+	}
+}
+
+// BenchmarkCreatePost measures CreatePost for an author with 10,000
+// followers, with the fan-out inside the call and queued for workers.
+func BenchmarkCreatePost(b *testing.B) {
+	for _, async := range []bool{false, true} {
+		name := map[bool]string{false: "Inline", true: "Async"}[async]
+		b.Run(name, func(b *testing.B) {
+			db := newTestDB(b, Options{AsyncFanOut: async})
+			ada := mustSignup(b, db, "ada")
+			manyFollowers(b, db, ada.ID, 10000)
+			posts := NewPostService(db)
+			for b.Loop() {
+				if _, err := posts.CreatePost(context.Background(), ada.ID, "hello"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFanOut measures a worker's fan-out of one post to 50,000
+// followers, in deliveries per second.
+func BenchmarkFanOut(b *testing.B) {
+	db := newTestDB(b, Options{AsyncFanOut: true})
+	ada := mustSignup(b, db, "ada")
+	const n = 50000
+	manyFollowers(b, db, ada.ID, n)
+	posts := NewPostService(db)
+	for b.Loop() {
+		if _, err := posts.CreatePost(context.Background(), ada.ID, "hello"); err != nil {
+			b.Fatal(err)
+		}
+		drainFanOut(b, db)
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "deliveries/s")
+}
