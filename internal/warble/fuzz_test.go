@@ -68,6 +68,8 @@ var trickyStrings = []string{
 	"\u0085x\u0085", // NEL: a control character that TrimSpace trims
 	"\u00a0x\u3000", // no-break and ideographic spaces
 	"x\u2028y",      // LINE SEPARATOR
+	"x\u202ey",      // RIGHT-TO-LEFT OVERRIDE
+	"x\u2066y",      // LEFT-TO-RIGHT ISOLATE
 	"tab\there",     // a tab inside
 	"line\nbreak",   // a newline inside
 	"\r\n",          //
@@ -155,7 +157,7 @@ func FuzzValidateDisplayName(f *testing.F) {
 		err := ValidateDisplayName(name)
 		n := utf8.RuneCountInString(name)
 		ok := utf8.ValidString(name) && isTrimmed(name) && n >= 1 && n <= MaxDisplayNameLen &&
-			!strings.ContainsFunc(name, func(r rune) bool { return isCc(r) || r == 0x2028 || r == 0x2029 })
+			!strings.ContainsFunc(name, func(r rune) bool { return isCc(r) || r == 0x2028 || r == 0x2029 || isBidiControl(r) })
 		if err != nil {
 			wantInvalid(t, "ValidateDisplayName", err)
 			if ok {
@@ -274,7 +276,7 @@ func FuzzNormalizePostBody(f *testing.F) {
 		n := utf8.RuneCountInString(trimmed)
 		ok := utf8.ValidString(body) && n >= 1 && n <= MaxPostLen &&
 			!strings.ContainsFunc(trimmed, func(r rune) bool {
-				return r != '\n' && r != '\t' && (isCc(r) || r == 0x2028 || r == 0x2029)
+				return r != '\n' && r != '\t' && (isCc(r) || r == 0x2028 || r == 0x2029 || isBidiControl(r))
 			})
 		if err != nil {
 			wantInvalid(t, "Normalize", err)
@@ -464,4 +466,10 @@ func TestPageArgsValidate(t *testing.T) {
 			t.Errorf("PageArgs{First: %d}.Validate: code %q, want %q", first, ErrorCode(err), EINVALID)
 		}
 	}
+}
+
+// isBidiControl is the written-out rule for the bidirectional embedding,
+// override and isolate controls: U+202A to U+202E and U+2066 to U+2069.
+func isBidiControl(r rune) bool {
+	return (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }

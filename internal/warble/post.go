@@ -54,9 +54,13 @@ func (in *CreatePostInput) Normalize() error {
 }
 
 // isControl reports whether r is a control character (Unicode category Cc),
-// or one of the invisible format characters that reorder or hide text.
+// a line or paragraph separator, or one of the bidirectional embedding,
+// override and isolate controls, which can make text read in another order
+// than it is stored. Marks that right-to-left scripts need (U+200E, U+200F)
+// and joiners that emoji sequences need (U+200C, U+200D) are allowed.
 func isControl(r rune) bool {
-	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' ||
+		r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069'
 }
 
 // CreatePostPayload is the answer to createPost.
