@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -39,9 +40,11 @@ func TestRefusesFormAndMultipartBodies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var out gqlResponse
+		err = json.NewDecoder(resp.Body).Decode(&out)
 		resp.Body.Close()
-		if resp.StatusCode < 400 {
-			t.Errorf("POST with %s: status %d, want a refusal", ct, resp.StatusCode)
+		if resp.StatusCode != http.StatusUnsupportedMediaType || err != nil || out.code() != "BAD_USER_INPUT" {
+			t.Errorf("POST with %s: status %d, %+v (%v), want 415 with BAD_USER_INPUT in JSON", ct, resp.StatusCode, out.Errors, err)
 		}
 	}
 	if n := s.redis.Client(t).DBSize(context.Background()).Val(); n != 0 {

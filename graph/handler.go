@@ -116,7 +116,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		loaderWait = DefaultLoaderWait
 	}
 	srv.AroundResponses(cfg.Resolver.withLoaders(loaderWait))
-	return ws.guard(srv)
+	return ws.guard(requireJSON(srv))
 }
 
 // readOnlyCache is a cache whose Add does nothing.

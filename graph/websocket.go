@@ -67,6 +67,8 @@ func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// The refusals below are GraphQL errors in JSON.
+		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case !websocket.IsWebSocketUpgrade(r) || r.Method != http.MethodGet:
 			transport.SendErrorf(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.")
