@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -460,4 +461,27 @@ func (l smallBufferListener) Accept() (net.Conn, error) {
 		tc.SetWriteBuffer(4096)
 	}
 	return conn, err
+}
+
+// warbleGoroutines counts the process's goroutines less those of the
+// embedded Redis, which runs in the same process with one goroutine per
+// client connection: go-redis grows its pool under load and keeps idle
+// connections, so those come and go with no leak in Warble.
+func warbleGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && !strings.Contains(g, "github.com/alicebob/miniredis") {
+			count++
+		}
+	}
+	return count
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -289,7 +288,7 @@ func TestManySubscriptionsLeakNoGoroutines(t *testing.T) {
 	w.nextEvent("w")
 	w.conn.Close()
 	time.Sleep(100 * time.Millisecond)
-	base := runtime.NumGoroutine()
+	base := warbleGoroutines()
 
 	for i := range 60 {
 		c := s.connect(t, protocols[i%2], u.Token)
@@ -302,7 +301,7 @@ func TestManySubscriptionsLeakNoGoroutines(t *testing.T) {
 		c.conn.Close()
 	}
 	eventually(t, "goroutines return to where they were", func() bool {
-		return runtime.NumGoroutine() <= base+2
+		return warbleGoroutines() <= base+2
 	})
 }
 

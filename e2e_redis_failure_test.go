@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -318,10 +317,10 @@ func healthz(t *testing.T, client *http.Client, s *testServer) (int, time.Durati
 }
 
 // goroutines counts the goroutines of the process, less the idle
-// connections of client.
+// connections of client and the embedded Redis's own.
 func goroutines(client *http.Client) int {
 	client.CloseIdleConnections()
-	return runtime.NumGoroutine()
+	return warbleGoroutines()
 }
 
 // wantPostAdded reads the next event of operation op on c and checks that
