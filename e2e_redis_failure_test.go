@@ -62,7 +62,10 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	}
 
 	// Per protocol: an anonymous websocket with globalTimeline and
-	// userPosts, and one signed in as ada with homeTimeline.
+	// userPosts, and one signed in as ada with homeTimeline. Each resumes
+	// after ada's last post, which all three timelines hold at the same
+	// position, so the post below arrives however long they take to start.
+	after := s.home(t, ada, 1).Edges[0].Cursor
 	type stream struct {
 		c  *opReader
 		id string
@@ -71,10 +74,11 @@ func TestRedisFailureAndRecovery(t *testing.T) {
 	var streams []stream
 	for _, proto := range protocols {
 		a := newOpReader(s.connect(t, proto, ""))
-		a.subscribe("global", `subscription { globalTimeline { `+eventFields+` } }`, nil)
-		a.subscribe("ada", `subscription($u: String!) { userPosts(username: $u) { `+eventFields+` } }`, map[string]any{"u": ada.Username})
+		a.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+		a.subscribe("ada", `subscription($u: String!, $a: String) { userPosts(username: $u, after: $a) { `+eventFields+` } }`,
+			map[string]any{"u": ada.Username, "a": after})
 		h := newOpReader(s.connect(t, proto, ada.Token))
-		h.subscribe("home", `subscription { homeTimeline { `+eventFields+` } }`, nil)
+		h.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
 		anon, signedIn = append(anon, a), append(signedIn, h)
 		streams = append(streams, stream{a, "global"}, stream{a, "ada"}, stream{h, "home"})
 	}

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/rs/cors"
 
 	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/metrics"
 	"github.com/warble/warble/internal/ratelimit"
 	"github.com/warble/warble/internal/redisdb"
 	"github.com/warble/warble/internal/warble"
@@ -63,6 +65,12 @@ type config struct {
 	BcryptCost    int           // zero for the default; tests lower it
 	WriteTimeout  time.Duration // of each websocket write; zero for the default
 	LoaderWait    time.Duration // dataloaders' batching window; zero for the default
+	MetricsOn     bool          // serve Prometheus metrics at GET /metrics
+	MetricsAddr   string        // if set, serve them on this address instead of Addr
+
+	FanoutWorkers   int           // fan-out workers run in this process
+	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
+	FanoutBatch     int           // followers delivered to per round trip
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -104,7 +112,11 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 			"EVENTS/PERIOD[/BURST], e.g. 100/1h/20 (env "+r.env+")")
 	}
 	trustXFF := fs.String("trust-forwarded-for", getenv("TRUST_FORWARDED_FOR"), "true behind a proxy that appends the client address to X-Forwarded-For (env TRUST_FORWARDED_FOR)")
+	metricsFlag := fs.String("metrics", getenv("METRICS"), "on, off, or a host:port to serve GET /metrics on a listener of its own; default on (on the main listener) except in production (env METRICS)")
 	logLevel := fs.String("log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	fanoutWorkers := fs.String("fanout-workers", envOr("FANOUT_WORKERS", "2"), "fan-out workers in this process; 0 when `warble worker` processes do it all (env FANOUT_WORKERS)")
+	fanoutClaimIdle := fs.String("fanout-claim-idle", envOr("FANOUT_CLAIM_IDLE", redisdb.DefaultClaimIdle.String()), "how long a fan-out job of a dead worker waits before another worker takes it over (env FANOUT_CLAIM_IDLE)")
+	fanoutBatch := fs.String("fanout-batch", envOr("FANOUT_BATCH", strconv.Itoa(redisdb.DefaultBatch)), "followers one fan-out round trip delivers to (env FANOUT_BATCH)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -158,8 +170,29 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if cfg.TrustXFF, err = parseBool("TRUST_FORWARDED_FOR", *trustXFF, false); err != nil {
 		return cfg, err
 	}
+	switch m := *metricsFlag; {
+	case m == "":
+		cfg.MetricsOn = dev
+	case m == "on":
+		cfg.MetricsOn = true
+	case m == "off":
+	default:
+		if _, port, err := net.SplitHostPort(m); err != nil || port == "" {
+			return cfg, fmt.Errorf("METRICS %q must be on, off or a host:port such as 127.0.0.1:9090", m)
+		}
+		cfg.MetricsOn, cfg.MetricsAddr = true, m
+	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*logLevel)); err != nil {
 		return cfg, fmt.Errorf("LOG_LEVEL %q: %w", *logLevel, err)
+	}
+	if cfg.FanoutWorkers, err = strconv.Atoi(*fanoutWorkers); err != nil || cfg.FanoutWorkers < 0 {
+		return cfg, fmt.Errorf("FANOUT_WORKERS %q must be a whole number", *fanoutWorkers)
+	}
+	if cfg.FanoutBatch, err = strconv.Atoi(*fanoutBatch); err != nil || cfg.FanoutBatch < 1 {
+		return cfg, fmt.Errorf("FANOUT_BATCH %q must be a positive whole number", *fanoutBatch)
+	}
+	if cfg.FanoutClaimIdle, err = time.ParseDuration(*fanoutClaimIdle); err != nil || cfg.FanoutClaimIdle <= 0 {
+		return cfg, fmt.Errorf("FANOUT_CLAIM_IDLE %q must be a positive duration, such as 30s", *fanoutClaimIdle)
 	}
 	return cfg, nil
 }
@@ -176,8 +209,12 @@ func parseBool(name, text string, def bool) (bool, error) {
 }
 
 // run is the whole program: it reads the configuration, connects to Redis,
-// listens, and serves until ctx ends, then shuts down gracefully.
+// listens, and serves until ctx ends, then shuts down gracefully. With the
+// argument "worker" first it runs fan-out workers only (see runWorkers).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "worker" {
+		return runWorkers(ctx, args[1:], getenv, stderr)
+	}
 	cfg, err := parseConfig(args, getenv)
 	if err != nil {
 		return err
@@ -194,6 +231,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	a := newApp(cfg, client, log)
 	defer a.Close()
 
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
+		}
+		go a.serveMetrics(ctx, mln)
+	}
+
 	// Listen before serving, so that a taken port is an error here rather
 	// than a goroutine's lost complaint.
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -201,6 +246,44 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	return a.serve(ctx, ln)
+}
+
+// runWorkers is `warble worker`: FANOUT_WORKERS fan-out workers (at least
+// one) on the Redis at REDIS_URL, and no HTTP, until ctx ends. Any number of
+// these processes may run beside the servers.
+func runWorkers(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.RedisURL == "" {
+		return errors.New("warble worker needs REDIS_URL: the embedded Redis lives inside one server process")
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redis.SetLogger(redisLogger{log})
+	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	n := max(cfg.FanoutWorkers, 1)
+	stop := startWorkers(cfg, newDB(cfg, client, log), n)
+	log.Info("fan-out workers running", "workers", n)
+	<-ctx.Done()
+	stop()
+	return nil
+}
+
+// startWorkers starts n fan-out workers on db and returns a function that
+// stops them and waits until they have.
+func startWorkers(cfg config, db *redisdb.DB, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch})
+		wg.Go(func() { w.Run(ctx) })
+	}
+	return func() { cancel(); wg.Wait() }
 }
 
 // openRedis connects to REDIS_URL, or starts the embedded Redis when it is
@@ -294,19 +377,31 @@ type app struct {
 	log     *slog.Logger
 	db      *redisdb.DB
 	hub     *redisdb.Hub
+	metrics *metrics.Metrics
 	handler http.Handler
+
+	stopWorkers func()
 }
 
-func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
-	db := redisdb.NewDB(client, redisdb.Options{
+// newDB returns the services' DB over client.
+func newDB(cfg config, client redis.UniversalClient, log *slog.Logger) *redisdb.DB {
+	return redisdb.NewDB(client, redisdb.Options{
 		HomeCap:      cfg.HomeCap,
 		GlobalCap:    cfg.GlobalCap,
 		MaxFollowing: cfg.MaxFollowing,
 		SessionTTL:   cfg.SessionTTL,
 		BcryptCost:   cfg.BcryptCost,
 		Logger:       log,
+		AsyncFanOut:  true, // by the in-process workers or `warble worker`
 	})
+}
+
+func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
+	db := newDB(cfg, client, log)
 	hub := redisdb.NewHub(db)
+	m := metrics.New()
+	client.AddHook(redisdb.ErrorHook(m.RedisError))
+	m.WatchFanOutQueue(db)
 	resolver := &graph.Resolver{
 		Users:   redisdb.NewUserService(db),
 		Auth:    redisdb.NewAuthService(db),
@@ -322,7 +417,8 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		resolver.Follows = ratelimit.Follows{FollowService: resolver.Follows, Limiter: limiter, Limits: limits}
 		allowWebsocket = ratelimit.Websockets{Limiter: limiter, Limits: limits}.Allow
 	}
-	a := &app{cfg: cfg, log: log, db: db, hub: hub}
+	a := &app{cfg: cfg, log: log, db: db, hub: hub, metrics: m}
+	a.stopWorkers = startWorkers(cfg, db, cfg.FanoutWorkers)
 	gql := graph.NewHandler(graph.HandlerConfig{
 		Resolver:       resolver,
 		Sessions:       hub,
@@ -335,6 +431,7 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 
 		PersistedQueries: redisdb.NewPersistedQueries(db),
 		LoaderWait:       cfg.LoaderWait,
+		Metrics:          m,
 	})
 
 	mux := http.NewServeMux()
@@ -348,6 +445,9 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		mux.Handle("GET /playground", playground.Handler("Warble", "/graphql"))
 	}
 	mux.HandleFunc("GET /healthz", a.healthz)
+	if cfg.MetricsOn && cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", m.Handler())
+	}
 	mux.Handle("GET /", web.Handler())
 
 	corsOptions := cors.Options{
@@ -362,8 +462,11 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 	return a
 }
 
-// Close ends every live subscription.
-func (a *app) Close() error { return a.hub.Close() }
+// Close stops the fan-out workers and ends every live subscription.
+func (a *app) Close() error {
+	a.stopWorkers()
+	return a.hub.Close()
+}
 
 // serve answers requests on ln until ctx ends, then stops accepting, ends
 // websocket subscriptions (their contexts derive from BaseContext) and waits
@@ -395,6 +498,23 @@ func (a *app) serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves GET /metrics alone on ln until ctx ends, for METRICS
+// set to an address: a port that a firewall can keep private while the
+// main one is public.
+func (a *app) serveMetrics(ctx context.Context, ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	a.log.Info("metrics are listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.log.Error("serve metrics", "err", err)
+	}
 }
 
 // healthz answers 200 when Redis answers, 503 otherwise.
