@@ -118,13 +118,18 @@ func (r gqlResponse) decode(t testing.TB, v any) {
 // query POSTs a GraphQL request with an optional bearer token.
 func (s *testServer) query(t testing.TB, token, query string, vars map[string]any) gqlResponse {
 	t.Helper()
+	return s.send(t, s.request(token, query, vars))
+}
+
+// request is the POST of a GraphQL request with an optional bearer token.
+func (s *testServer) request(token, query string, vars map[string]any) *http.Request {
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	return s.send(t, req)
+	return req
 }
 
 func (s *testServer) send(t testing.TB, req *http.Request) gqlResponse {

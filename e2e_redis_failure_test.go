@@ -250,13 +250,7 @@ func signupAs(t *testing.T, s *testServer, client *http.Client, name string) tes
 // longer than hangBound, and returns the response and how long it took.
 func queryWithin(t *testing.T, client *http.Client, s *testServer, token, query string, vars map[string]any) (gqlResponse, time.Duration) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	return doWithin(t, client, req)
+	return doWithin(t, client, s.request(token, query, vars))
 }
 
 // getWithin is queryWithin for a GET request.

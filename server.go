@@ -219,10 +219,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	redis.SetLogger(redisLogger{log})
-
-	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	log, client, closeRedis, err := openLogged(cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -259,9 +256,7 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	if cfg.RedisURL == "" {
 		return errors.New("warble worker needs REDIS_URL: the embedded Redis lives inside one server process")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	redis.SetLogger(redisLogger{log})
-	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	log, client, closeRedis, err := openLogged(cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -284,6 +279,15 @@ func startWorkers(cfg config, db *redisdb.DB, n int) (stop func()) {
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// openLogged makes the process's logger, which go-redis logs through too,
+// and opens its Redis (see openRedis).
+func openLogged(cfg config, stderr io.Writer) (*slog.Logger, redis.UniversalClient, func(), error) {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redis.SetLogger(redisLogger{log})
+	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	return log, client, closeRedis, err
 }
 
 // openRedis connects to REDIS_URL, or starts the embedded Redis when it is
