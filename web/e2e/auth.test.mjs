@@ -1,20 +1,11 @@
 // Signing up, logging in and out, and what the app says when the API
 // refuses.
 
-import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { e2e, startStack, launchBrowser, uniqueName, waitLive, eventually } from './harness.mjs';
+import { e2e, useStack, uniqueName, waitLive, eventually } from './harness.mjs';
 
-const env = {};
-before(async () => {
-  env.stack = await startStack();
-  env.browser = await launchBrowser();
-});
-after(async () => {
-  await env.browser?.close();
-  await env.stack?.close();
-});
+const env = useStack();
 
 const token = (page) => page.evaluate(() => sessionStorage.getItem('warble.token'));
 

@@ -1,20 +1,11 @@
 // Profiles: deep links, following from a profile page, the social lines,
 // and paging with "Load more".
 
-import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { e2e, startStack, launchBrowser, uniqueName, waitLive, eventually } from './harness.mjs';
+import { e2e, useStack, uniqueName, waitLive, eventually } from './harness.mjs';
 
-const env = {};
-before(async () => {
-  env.stack = await startStack();
-  env.browser = await launchBrowser();
-});
-after(async () => {
-  await env.browser?.close();
-  await env.stack?.close();
-});
+const env = useStack();
 
 e2e('following from a profile page fills the home timeline', () => env, async (t, scene) => {
   const { api } = env.stack;

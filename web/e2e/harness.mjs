@@ -9,7 +9,7 @@ import { mkdtemp, mkdir, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { test } from 'node:test';
+import { test, before, after } from 'node:test';
 import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 
@@ -311,6 +311,21 @@ export function launchBrowser() {
       '--disable-sync',
     ],
   });
+}
+
+// useStack starts a stack and a browser before the file's tests and stops
+// them after, and returns the object that holds them (env.stack, env.browser).
+export function useStack() {
+  const env = {};
+  before(async () => {
+    env.stack = await startStack();
+    env.browser = await launchBrowser();
+  });
+  after(async () => {
+    await env.browser?.close();
+    await env.stack?.close();
+  });
+  return env;
 }
 
 /**

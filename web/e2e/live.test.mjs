@@ -1,20 +1,11 @@
 // Live timelines: what one person posts or deletes shows up for another
 // without a reload.
 
-import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { e2e, startStack, launchBrowser, uniqueName, waitLive, eventually } from './harness.mjs';
+import { e2e, useStack, uniqueName, waitLive, eventually } from './harness.mjs';
 
-const env = {};
-before(async () => {
-  env.stack = await startStack();
-  env.browser = await launchBrowser();
-});
-after(async () => {
-  await env.browser?.close();
-  await env.stack?.close();
-});
+const env = useStack();
 
 e2e('a post appears in another browser without reload', () => env, async (t, scene) => {
   const { api } = env.stack;

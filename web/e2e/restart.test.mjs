@@ -4,20 +4,11 @@
 // (SIGTERM: the server completes the subscriptions and closes the sockets
 // politely) and once for a crash (SIGKILL: the sockets just drop).
 
-import { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { e2e, startStack, launchBrowser, uniqueName, waitLive } from './harness.mjs';
+import { e2e, useStack, uniqueName, waitLive } from './harness.mjs';
 
-const env = {};
-before(async () => {
-  env.stack = await startStack();
-  env.browser = await launchBrowser();
-});
-after(async () => {
-  await env.browser?.close();
-  await env.stack?.close();
-});
+const env = useStack();
 
 for (const [how, signal] of [['a graceful restart', 'SIGTERM'], ['a crash and restart', 'SIGKILL']]) {
   e2e(`a page recovers from ${how} and shows the posts it missed`, () => env, async (t, scene) => {
