@@ -195,7 +195,17 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}, {"SESSION_TTL": "5s"}, {"SESSION_TTL": "forever"}} {
+	if cfg.PullThreshold != 10000 || cfg.InactiveAfter != 7*24*time.Hour {
+		t.Fatalf("fan-out defaults: pull above %d followers, skip after %v unseen", cfg.PullThreshold, cfg.InactiveAfter)
+	}
+	cfg, err = parseConfig(nil, func(k string) string {
+		return map[string]string{"FANOUT_PULL_THRESHOLD": "off", "FANOUT_INACTIVE_AFTER": "off"}[k]
+	})
+	if err != nil || cfg.PullThreshold != -1 || cfg.InactiveAfter != -1 {
+		t.Fatalf("fan-out off: %+v, %v", cfg, err)
+	}
+	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}, {"SESSION_TTL": "5s"}, {"SESSION_TTL": "forever"},
+		{"FANOUT_PULL_THRESHOLD": "0"}, {"FANOUT_PULL_THRESHOLD": "many"}, {"FANOUT_INACTIVE_AFTER": "7d"}, {"FANOUT_INACTIVE_AFTER": "1m"}} {
 		if _, err := parseConfig(nil, func(k string) string { return bad[k] }); err == nil {
 			t.Errorf("config %v accepted", bad)
 		}

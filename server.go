@@ -71,6 +71,8 @@ type config struct {
 	FanoutWorkers   int           // fan-out workers run in this process
 	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
 	FanoutBatch     int           // followers delivered to per round trip
+	PullThreshold   int           // followers above which posts are pulled, not pushed; -1: never
+	InactiveAfter   time.Duration // unseen this long, a follower is skipped by fan-out; -1: never
 }
 
 func parseConfig(args []string, getenv func(string) string) (config, error) {
@@ -117,6 +119,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fanoutWorkers := fs.String("fanout-workers", envOr("FANOUT_WORKERS", "2"), "fan-out workers in this process; 0 when `warble worker` processes do it all (env FANOUT_WORKERS)")
 	fanoutClaimIdle := fs.String("fanout-claim-idle", envOr("FANOUT_CLAIM_IDLE", redisdb.DefaultClaimIdle.String()), "how long a fan-out job of a dead worker waits before another worker takes it over (env FANOUT_CLAIM_IDLE)")
 	fanoutBatch := fs.String("fanout-batch", envOr("FANOUT_BATCH", strconv.Itoa(redisdb.DefaultBatch)), "followers one fan-out round trip delivers to (env FANOUT_BATCH)")
+	pullThreshold := fs.String("fanout-pull-threshold", envOr("FANOUT_PULL_THRESHOLD", strconv.Itoa(redisdb.DefaultPullThreshold)), "followers above which an account's posts are pulled into home timelines when read instead of fanned out, or off (env FANOUT_PULL_THRESHOLD)")
+	inactiveAfter := fs.String("fanout-inactive-after", envOr("FANOUT_INACTIVE_AFTER", redisdb.DefaultInactiveAfter.String()), "how long a user may go without a request before fan-out skips them (their home timeline is rebuilt when they return), or off (env FANOUT_INACTIVE_AFTER)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -194,6 +198,16 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if cfg.FanoutClaimIdle, err = time.ParseDuration(*fanoutClaimIdle); err != nil || cfg.FanoutClaimIdle <= 0 {
 		return cfg, fmt.Errorf("FANOUT_CLAIM_IDLE %q must be a positive duration, such as 30s", *fanoutClaimIdle)
 	}
+	if *pullThreshold == "off" {
+		cfg.PullThreshold = -1
+	} else if cfg.PullThreshold, err = strconv.Atoi(*pullThreshold); err != nil || cfg.PullThreshold < 1 {
+		return cfg, fmt.Errorf("FANOUT_PULL_THRESHOLD %q must be a positive whole number or off", *pullThreshold)
+	}
+	if *inactiveAfter == "off" {
+		cfg.InactiveAfter = -1
+	} else if cfg.InactiveAfter, err = time.ParseDuration(*inactiveAfter); err != nil || cfg.InactiveAfter < time.Hour {
+		return cfg, fmt.Errorf("FANOUT_INACTIVE_AFTER %q must be a duration of an hour or more, such as 168h, or off", *inactiveAfter)
+	}
 	return cfg, nil
 }
 
@@ -262,7 +276,7 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	defer closeRedis()
 	n := max(cfg.FanoutWorkers, 1)
-	stop := startWorkers(cfg, newDB(cfg, client, log), n)
+	stop := startWorkers(cfg, newDB(cfg, client, log, nil), n)
 	log.Info("fan-out workers running", "workers", n)
 	<-ctx.Done()
 	stop()
@@ -387,23 +401,27 @@ type app struct {
 	stopWorkers func()
 }
 
-// newDB returns the services' DB over client.
-func newDB(cfg config, client redis.UniversalClient, log *slog.Logger) *redisdb.DB {
+// newDB returns the services' DB over client; delivered, if set, counts
+// fan-out deliveries.
+func newDB(cfg config, client redis.UniversalClient, log *slog.Logger, delivered func(int)) *redisdb.DB {
 	return redisdb.NewDB(client, redisdb.Options{
-		HomeCap:      cfg.HomeCap,
-		GlobalCap:    cfg.GlobalCap,
-		MaxFollowing: cfg.MaxFollowing,
-		SessionTTL:   cfg.SessionTTL,
-		BcryptCost:   cfg.BcryptCost,
-		Logger:       log,
-		AsyncFanOut:  true, // by the in-process workers or `warble worker`
+		HomeCap:       cfg.HomeCap,
+		GlobalCap:     cfg.GlobalCap,
+		MaxFollowing:  cfg.MaxFollowing,
+		SessionTTL:    cfg.SessionTTL,
+		BcryptCost:    cfg.BcryptCost,
+		Logger:        log,
+		AsyncFanOut:   true, // by the in-process workers or `warble worker`
+		PullThreshold: cfg.PullThreshold,
+		InactiveAfter: cfg.InactiveAfter,
+		Delivered:     delivered,
 	})
 }
 
 func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
-	db := newDB(cfg, client, log)
-	hub := redisdb.NewHub(db)
 	m := metrics.New()
+	db := newDB(cfg, client, log, m.FanOutDelivered)
+	hub := redisdb.NewHub(db)
 	client.AddHook(redisdb.ErrorHook(m.RedisError))
 	m.WatchFanOutQueue(db)
 	resolver := &graph.Resolver{

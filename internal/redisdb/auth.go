@@ -220,6 +220,7 @@ func (s *AuthService) openSession(ctx context.Context, userID string) (*warble.A
 	if err != nil {
 		return nil, err
 	}
+	s.seen(ctx, userID)
 	u, err := s.db.findUser(ctx, userID)
 	if err != nil {
 		return nil, err
@@ -331,6 +332,7 @@ func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.U
 	}
 	userID := replyString(res[0])
 	left, _ := res[1].(int64)
+	s.seen(ctx, userID)
 	u, err := s.db.findUser(ctx, userID)
 	if warble.ErrorCode(err) == warble.ENOTFOUND {
 		return nil, nil, errSessionExpired
@@ -338,6 +340,15 @@ func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.U
 		return nil, nil, err
 	}
 	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(time.Duration(left) * time.Millisecond)}, nil
+}
+
+// seen records that userID made a request (see DB.Seen). A failure is
+// logged, not returned: the request does not depend on it, and the next
+// one tries again.
+func (s *AuthService) seen(ctx context.Context, userID string) {
+	if err := s.db.Seen(ctx, userID); err != nil {
+		s.db.log.WarnContext(ctx, "record a user's visit", "user", userID, "err", err)
+	}
 }
 
 // sessionSlack is how far a session's expiry may lag behind its last use:

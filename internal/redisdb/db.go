@@ -20,6 +20,9 @@ const (
 	DefaultGlobalCap  = 1000
 	DefaultNewestCap  = 1000
 	DefaultSessionTTL = 30 * 24 * time.Hour
+	// DefaultPullThreshold is how many followers an account may have and
+	// still have its posts fanned out; see Options.PullThreshold.
+	DefaultPullThreshold = 10_000
 )
 
 // Options tune a DB. The zero value of each field means its default.
@@ -35,6 +38,20 @@ type Options struct {
 	// part for Workers (see fanout.go) and answer at once. Without it they
 	// do that part themselves before answering, one batch at a time.
 	AsyncFanOut bool
+	// PullThreshold is how many followers an account may have and still
+	// have its posts pushed to their home timelines. The posts of an
+	// account with more are pulled instead: merged into a follower's home
+	// timeline when it is read (see pull.go). Zero means
+	// DefaultPullThreshold; negative means every account is pushed.
+	PullThreshold int
+	// InactiveAfter is how long a user may go without a request and still
+	// have posts fanned out to their home timeline, which is rebuilt when
+	// they come back (see inactive.go). Zero means DefaultInactiveAfter;
+	// negative means nobody is skipped.
+	InactiveAfter time.Duration
+	// Delivered, if set, is told how many home timelines each fan-out
+	// batch added a post to, for metrics.
+	Delivered func(n int)
 }
 
 // DB is Warble's data on one Redis (or Redis Cluster) client. The services
@@ -43,6 +60,7 @@ type DB struct {
 	client redis.UniversalClient
 	opts   Options
 	log    *slog.Logger
+	seen   seenCache // see Seen
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.
@@ -67,6 +85,12 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.InactiveAfter == 0 {
+		opts.InactiveAfter = DefaultInactiveAfter
+	}
+	if opts.PullThreshold == 0 {
+		opts.PullThreshold = DefaultPullThreshold
 	}
 	return &DB{client: client, opts: opts, log: opts.Logger}
 }

@@ -37,7 +37,7 @@ func TestFanOutWorkerProcess(t *testing.T) {
 	}
 	batch, _ := strconv.Atoi(os.Getenv("FANOUT_BATCH"))
 	idle, _ := time.ParseDuration(os.Getenv("FANOUT_CLAIM_IDLE"))
-	db := NewDB(redis.NewClient(opts), Options{AsyncFanOut: true})
+	db := NewDB(redis.NewClient(opts), Options{AsyncFanOut: true, PullThreshold: -1})
 	NewWorker(db, WorkerOptions{Batch: batch, ClaimIdle: idle}).Run(context.Background())
 }
 
@@ -66,7 +66,7 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 	}
 	ctx := context.Background()
 
-	db := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost, AsyncFanOut: true})
+	db := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost, AsyncFanOut: true, PullThreshold: -1})
 	ada := mustSignup(t, db, "ada")
 	const n = 50000
 	follower := func(i int) string { return strconv.Itoa(100000 + i) }
@@ -120,7 +120,7 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 	startWorker := func(name string, claimIdle time.Duration) (*exec.Cmd, *bytes.Buffer) {
 		cmd := command()
 		cmd.Env = append(cmd.Env, "REDIS_URL="+srv.URL, "FANOUT_WORKERS=1",
-			"FANOUT_BATCH=200", "FANOUT_CLAIM_IDLE="+claimIdle.String(), "LOG_LEVEL=warn")
+			"FANOUT_BATCH=200", "FANOUT_PULL_THRESHOLD=off", "FANOUT_CLAIM_IDLE="+claimIdle.String(), "LOG_LEVEL=warn")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

@@ -142,8 +142,8 @@ func TestFanOutResumedAfterDelete(t *testing.T) {
 	}
 	err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
 		for _, f := range second {
-			deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
-				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID))
+			deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
+				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID), 0)
 		}
 	})
 	if err != nil {

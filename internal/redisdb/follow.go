@@ -802,9 +802,14 @@ func parseCommonCursor(cursor string) (side byte, pos followPos, err error) {
 	return side, followPos{at: ms, member: member, set: true}, nil
 }
 
-// zmscore queues ZMSCORE of members in key. It is sent as a plain command,
-// not go-redis's ZMScore, which reads a missing member as the score 0.
-func zmscore(ctx context.Context, pipe redis.Pipeliner, key string, members []string) *redis.Cmd {
+// doer sends a command: a client or a pipeline.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// zmscore sends (or queues) ZMSCORE of members in key. It is sent as a plain
+// command, not go-redis's ZMScore, which reads a missing member as the score 0.
+func zmscore(ctx context.Context, pipe doer, key string, members []string) *redis.Cmd {
 	args := make([]any, 0, 2+len(members))
 	args = append(args, "zmscore", key)
 	for _, m := range members {

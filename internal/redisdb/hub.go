@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,16 @@ import (
 // Each subscription has a bounded queue and a goroutine that feeds the
 // channel its caller reads. Dispatch never blocks: a full queue is replaced
 // by a RESYNC.
+//
+// A home timeline also shows the posts of the pulled accounts its owner
+// follows (see pull.go), which are announced on those accounts' user
+// channels, not on the home channel. So a home channel's goroutine reads
+// the merged timeline as its truth, and routes: the hub subscribes to the
+// user channels of those accounts for it (once per process, however many
+// home channels want one) and hands it their messages too, which make it
+// read the merged timeline as its own do. Its routes are read again at
+// each start, on each RESYNC message (a follow or unfollow) and when an
+// account is newly pulled (pullChannel).
 type Hub struct {
 	db      *DB
 	ps      *redis.PubSub
@@ -59,6 +70,10 @@ type Hub struct {
 	// our SUBSCRIBE from one that go-redis sends when it reconnects.
 	pending  map[string][]pendingCommand
 	sessions map[string]map[*sessionWatch]struct{} // by token hash
+	// routes holds, per user channel of a pulled account, the home
+	// channels that get its messages.
+	routes   map[string]map[*hubChannel]struct{}
+	pullSeen bool // pullChannel was confirmed once
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -78,6 +93,13 @@ const (
 // They are not events: every hub ignores the markers it did not publish,
 // and decodeEvent would reject them.
 const markerPrefix = "M "
+
+// Messages that the hub puts in a home channel's inbox itself. Nothing
+// published looks like them: decodeEvent rejects both.
+const (
+	wakeMessage    = "wake"    // a route started: read what is newer
+	refreshMessage = "refresh" // an account was newly pulled: read the routes again
+)
 
 // startScript reads the newest seq of a timeline and publishes a marker on
 // the timeline's channel in one atomic step, so that a listener can tell
@@ -124,11 +146,12 @@ func NewHub(db *DB) *Hub {
 		channels:     make(map[string]*hubChannel),
 		pending:      make(map[string][]pendingCommand),
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
+		routes:       make(map[string]map[*hubChannel]struct{}),
 	}
 	// client.Subscribe does not wait for Redis: the confirmation arrives
 	// through the channel below, and go-redis retries the subscription
 	// when it reconnects.
-	h.ps = db.client.Subscribe(ctx, revokedChannel)
+	h.ps = db.client.Subscribe(ctx, revokedChannel, pullChannel)
 	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(pubsubBuffer))
 	h.wg.Add(1)
 	go h.read(msgs)
@@ -417,9 +440,83 @@ func (h *Hub) unregister(sub *subscriber) {
 	if h.closed {
 		return
 	}
-	h.pending[ch.name] = append(h.pending[ch.name], pendingCommand{})
-	if err := h.ps.Unsubscribe(h.ctx, ch.name); err != nil {
-		h.db.log.Warn("unsubscribe from timeline channel", "channel", ch.name, "err", err)
+	for _, name := range ch.routed {
+		h.dropRoute(ch, name)
+	}
+	ch.routed = nil
+	if len(h.routes[ch.name]) == 0 {
+		h.unsubscribe(ch.name)
+	}
+}
+
+func (h *Hub) unsubscribe(channel string) {
+	h.pending[channel] = append(h.pending[channel], pendingCommand{})
+	if err := h.ps.Unsubscribe(h.ctx, channel); err != nil {
+		h.db.log.Warn("unsubscribe from timeline channel", "channel", channel, "err", err)
+	}
+}
+
+// setRoutes makes ch, a home channel, get the messages of the user channels
+// of authors, and of no others.
+func (h *Hub) setRoutes(ch *hubChannel, authors []string) {
+	want := make([]string, len(authors))
+	for i, a := range authors {
+		want[i] = userChannel(a)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.channels[ch.name] != ch {
+		return // dropped meanwhile
+	}
+	for _, name := range ch.routed {
+		if !slices.Contains(want, name) {
+			h.dropRoute(ch, name)
+		}
+	}
+	for _, name := range want {
+		if !slices.Contains(ch.routed, name) {
+			h.addRoute(ch, name)
+		}
+	}
+	ch.routed = want
+}
+
+// addRoute hands the messages of channel to ch from now on, subscribing to
+// channel if nothing else here listens to it. A route starts with a wake:
+// at once if the channel's messages flow already, else when its
+// subscription is confirmed (see confirmed), so that ch reads what was
+// published before. Callers hold h.mu.
+func (h *Hub) addRoute(ch *hubChannel, channel string) {
+	sinks := h.routes[channel]
+	if sinks == nil {
+		sinks = make(map[*hubChannel]struct{})
+		h.routes[channel] = sinks
+	}
+	subscribed := len(sinks) > 0 || h.channels[channel] != nil
+	sinks[ch] = struct{}{}
+	if subscribed {
+		ch.post(wakeMessage)
+		return
+	}
+	h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true})
+	// On a failed write go-redis reconnects and subscribes again to the
+	// channels it knows, this one included.
+	if err := h.ps.Subscribe(h.ctx, channel); err != nil {
+		h.db.log.Warn("subscribe to pulled account's channel", "channel", channel, "err", err)
+	}
+}
+
+// dropRoute stops handing the messages of channel to ch, and unsubscribes
+// from channel if nothing else here listens to it. Callers hold h.mu.
+func (h *Hub) dropRoute(ch *hubChannel, channel string) {
+	sinks := h.routes[channel]
+	delete(sinks, ch)
+	if len(sinks) > 0 {
+		return
+	}
+	delete(h.routes, channel)
+	if h.channels[channel] == nil {
+		h.unsubscribe(channel)
 	}
 }
 
@@ -437,12 +534,29 @@ func (h *Hub) read(msgs <-chan any) {
 				h.revoke(m.Payload)
 				continue
 			}
+			if m.Channel == pullChannel {
+				h.refreshHomes()
+				continue
+			}
 			h.mu.Lock()
-			ch := h.channels[m.Channel]
-			h.mu.Unlock()
-			if ch != nil {
+			if ch := h.channels[m.Channel]; ch != nil {
 				ch.post(m.Payload)
 			}
+			for ch := range h.routes[m.Channel] {
+				ch.post(m.Payload)
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// refreshHomes has every home channel read its routes again.
+func (h *Hub) refreshHomes() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ch := range h.channels {
+		if ch.feed.Kind == warble.FeedHome {
+			ch.post(refreshMessage)
 		}
 	}
 }
@@ -466,6 +580,15 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 	if subscribe && m.Count == 1 {
 		clear(h.pending)
 	}
+	if m.Channel == pullChannel {
+		again := h.pullSeen
+		h.pullSeen = true
+		h.mu.Unlock()
+		if subscribe && again {
+			h.refreshHomes() // accounts may have been pulled meanwhile
+		}
+		return
+	}
 	if m.Channel == revokedChannel {
 		h.mu.Unlock()
 		if subscribe {
@@ -480,6 +603,11 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 	}
 	ch := h.channels[m.Channel]
 	target, ours := h.popPending(m.Channel, subscribe)
+	if subscribe {
+		for sink := range h.routes[m.Channel] {
+			sink.post(wakeMessage)
+		}
+	}
 	h.mu.Unlock()
 	if !subscribe || ch == nil {
 		return
@@ -519,12 +647,19 @@ func (h *Hub) popPending(channel string, subscribe bool) (*hubChannel, bool) {
 // is in the replay or comes live, or both (then the live one is dropped).
 func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*warble.TimelineEvent, error) {
 	ch := sub.ch
+	var sources []string
+	if ch.feed.Kind == warble.FeedHome {
+		var err error
+		if sources, err = h.db.homeSources(ctx, ch.feed.UserID); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+		}
+	}
+	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(afterSeq), Stop: "+inf", ByScore: true, Count: replayLimit + 1}
 	pipe := h.db.client.Pipeline()
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
-	entriesCmd := pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: ch.key, Start: "(" + strconv.FormatInt(afterSeq, 10), Stop: "+inf", ByScore: true, Count: replayLimit + 1,
-	})
+	lenCmd := pipe.ZCard(ctx, ch.key)
+	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 	}
@@ -534,9 +669,23 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	}
 	oldest := oldestCmd.Val()
 	entries := feedEntries(entriesCmd.Val())
-	if (feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)) || len(entries) > replayLimit {
-		// The timeline no longer holds everything after the cursor, or
-		// holds too much of it: the client should refetch instead.
+	if len(sources) > 0 {
+		// One more round trip for the merged timeline.
+		var err error
+		if entries, err = h.db.rangeMerged(ctx, ch.feed.UserID, sources, args); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+		}
+		pulled, err := h.db.newestPulled(ctx, sources)
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+		}
+		newest = max(newest, pulled)
+	}
+	cut := feedCapped(ch.feed) && lenCmd.Val() >= int64(h.db.feedCap(ch.feed)) &&
+		len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
+	if cut || len(entries) > replayLimit {
+		// The cap cut the timeline after the cursor, or it holds too much
+		// after it: the client should refetch instead.
 		sub.floor = max(newest, afterSeq)
 		return []*warble.TimelineEvent{resyncEvent(sub.floor)}, nil
 	}
@@ -618,7 +767,10 @@ type hubChannel struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 
+	routed []string // a home channel's routes (see Hub.setRoutes); guarded by hub.mu
+
 	// Owned by run.
+	pulled      []string // a home channel's followed pulled accounts, as last read
 	started     bool
 	last        int64    // the highest seq dispatched, or known at the start
 	recent      *seqRing // seqs dispatched lately
@@ -692,6 +844,19 @@ func (ch *hubChannel) run() {
 				ch.start(true)
 				continue
 			}
+			switch payload {
+			case wakeMessage:
+				ch.pull()
+				continue
+			case refreshMessage:
+				if ch.refresh() {
+					// Posts of a newly pulled account may sit below what
+					// was dispatched: the listeners refetch.
+					ch.pull()
+					ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+				}
+				continue
+			}
 			if strings.HasPrefix(payload, markerPrefix) {
 				if payload == ch.startMarker {
 					ch.beforeMark = false
@@ -731,9 +896,15 @@ func (ch *hubChannel) start(resync bool) {
 	ch.overflow.Store(false)
 	marker := markerPrefix + h.id + ":" + strconv.FormatUint(h.markers.Add(1), 10)
 	for attempt := 0; ; attempt++ {
+		ch.refresh()
 		newest, err := startScript.Run(h.ctx, h.db.client, []string{ch.key}, ch.name, marker).Text()
+		var pulled int64
+		if err == nil {
+			pulled, err = h.db.newestPulled(h.ctx, ch.pulled)
+		}
 		if err == nil {
 			ch.startLast, _ = strconv.ParseInt(newest, 10, 64)
+			ch.startLast = max(ch.startLast, pulled)
 			ch.startMarker, ch.beforeMark = marker, true
 			break
 		}
@@ -786,6 +957,7 @@ func (ch *hubChannel) handle(ev channelEvent) {
 			Kind: warble.PostRemoved, Cursor: warble.PostCursor(ev.seq), PostID: &id,
 		}, seq: ev.seq})
 	case opResync:
+		ch.refresh() // a follow or unfollow: the routes may change
 		ch.last = max(ch.last, ev.seq)
 		ch.dispatch(&hubEvent{ev: resyncEvent(ev.seq), seq: ev.seq})
 	}
@@ -795,9 +967,14 @@ func (ch *hubChannel) handle(ev channelEvent) {
 // last seq dispatched.
 func (ch *hubChannel) pull() {
 	h := ch.hub
-	entries, err := h.db.rangeFeed(h.ctx, redis.ZRangeArgs{
-		Key: ch.key, Start: "(" + strconv.FormatInt(ch.last, 10), Stop: "+inf", ByScore: true, Count: pullLimit + 1,
-	})
+	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(ch.last), Stop: "+inf", ByScore: true, Count: pullLimit + 1}
+	var entries []feedEntry
+	var err error
+	if len(ch.pulled) > 0 {
+		entries, err = h.db.rangeMerged(h.ctx, ch.feed.UserID, ch.pulled, args)
+	} else {
+		entries, err = h.db.rangeFeed(h.ctx, args)
+	}
 	var posts []*warble.Post
 	if err == nil && len(entries) <= pullLimit {
 		posts, err = h.db.loadPosts(h.ctx, entries)
@@ -822,6 +999,27 @@ func (ch *hubChannel) pull() {
 	for _, p := range posts {
 		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
 	}
+}
+
+// refresh reads which pulled accounts a home channel's owner follows, and
+// routes their channels' messages to it. It reports whether they changed.
+// A Redis error keeps the old ones: the next start or refresh reads them.
+func (ch *hubChannel) refresh() bool {
+	if ch.feed.Kind != warble.FeedHome {
+		return false
+	}
+	h := ch.hub
+	sources, err := h.db.homeSources(h.ctx, ch.feed.UserID)
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.db.log.Warn("read pulled accounts for live events", "feed", ch.feed.String(), "err", err)
+		}
+		return false
+	}
+	changed := !slices.Equal(sources, ch.pulled)
+	ch.pulled = sources
+	h.setRoutes(ch, sources)
+	return changed
 }
 
 // dispatch queues an event for every listener of the channel.

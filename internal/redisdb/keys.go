@@ -21,8 +21,15 @@ const (
 	// post. A job is deleted once done, so the stream holds only jobs to do.
 	fanoutStreamKey = prefix + "{fanout}:jobs"
 
+	// pullAuthorsKey is the SET of the ids of the accounts whose posts were
+	// pulled, not pushed, at least once: they had more followers than
+	// Options.PullThreshold then (see pull.go). An account is never
+	// removed: its pulled posts are merged into home timelines for good.
+	pullAuthorsKey = prefix + "pull"
+
 	globalChannel  = prefix + "ch:global"  // PUBSUB  events of the global timeline
 	revokedChannel = prefix + "ch:revoked" // PUBSUB  hashes of revoked session tokens
+	pullChannel    = prefix + "ch:pull"    // PUBSUB  ids of accounts added to pullAuthorsKey
 )
 
 // userKey is a HASH of one user's fields: w:u:{<id>}.
@@ -47,6 +54,11 @@ func followersKey(userID string) string { return userKey(userID) + ":followers" 
 // followingKey is a ZSET of the ids of the users a user follows scored by the
 // time of the follow, unix ms: w:u:{<id>}:following.
 func followingKey(userID string) string { return userKey(userID) + ":following" }
+
+// seenKey is a STRING holding when a user last made a request, unix ms,
+// written at most about hourly: w:u:{<id>}:seen. Fan-out skips users not
+// seen for a while (see inactive.go).
+func seenKey(userID string) string { return userKey(userID) + ":seen" }
 
 // sessionsKey is a SET of the token hashes of a user's sessions:
 // w:u:{<id>}:sessions.

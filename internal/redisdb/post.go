@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,22 +65,31 @@ return 1
 // the author's posts from the timeline already, and must not get one back.
 // A post that the timeline holds already (a repeated delivery) is not
 // announced again, nor is one older than everything the capped timeline
-// keeps (it is trimmed away at once).
+// keeps (it is trimmed away at once). A follower not seen since the cutoff
+// is skipped: their timeline is rebuilt when they come back (see
+// inactive.go).
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
+// KEYS[3] -> w:u:{<follower>}:seen
 // ARGV[1] -> post seq
 // ARGV[2] -> post id
 // ARGV[3] -> author id
 // ARGV[4] -> home timeline cap
 // ARGV[5] -> the follower's home channel
 // ARGV[6] -> the added message
+// ARGV[7] -> the inactive cutoff, unix ms (0: none)
 //
 // Returns 1 if the post was added, 0 if it was there already or trimmed at
-// once, -1 if the follower does not follow the author.
+// once, -1 if the follower does not follow the author, -2 if the follower
+// is inactive.
 var deliverScript = redis.NewScript(`
 if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
 	return -1
+end
+local seen = redis.call('GET', KEYS[3])
+if seen and tonumber(seen) < tonumber(ARGV[7]) then
+	return -2
 end
 if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
@@ -231,27 +241,57 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		}
 		return undo(followers)
 	}
+	// Only a job that has delivered nothing yet may turn to pull: a resumed
+	// one goes on pushing, so that the undo above stays the whole story.
+	if from == startCursor {
+		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil || pulled {
+			return err
+		}
+	}
+	start := time.Now()
+	var walked, delivered, batches int
 	for {
 		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
 		if err != nil {
 			return err
 		}
+		cmds := make([]*redis.Cmd, 0, len(followers))
+		cutoff := db.inactiveCutoff()
 		err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+			cmds = cmds[:0]
 			for _, f := range followers {
-				deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
-					seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added)
+				cmds = append(cmds, deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
+					seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
 			}
 		})
 		if err != nil {
 			return fmt.Errorf("deliver post %s: %w", postID, err)
 		}
+		n := 0
+		for _, c := range cmds {
+			if v, _ := c.Int64(); v == 1 {
+				n++
+			}
+		}
+		if db.opts.Delivered != nil && n > 0 {
+			db.opts.Delivered(n)
+		}
+		walked, delivered, batches = walked+len(followers), delivered+n, batches+1
 		if g, err := gone(); err != nil {
 			return err
 		} else if g {
 			return undo(followers)
 		}
 		if last {
+			if batches > 1 {
+				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", walked,
+					"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
+			}
 			return nil
+		}
+		if batches%progressEvery == 0 {
+			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", walked,
+				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err := save(next); err != nil {
 			return err
@@ -259,6 +299,9 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		from = next
 	}
 }
+
+// progressEvery is how many batches a fan-out runs between progress logs.
+const progressEvery = 20
 
 // unFanOut takes a deleted post off its author's followers' home timelines,
 // batch followers per round trip, starting at from and calling save with

@@ -44,6 +44,14 @@ func feedKeys(feed warble.Feed) (key, channel string, ok bool) {
 // may point below what it still holds.
 func feedCapped(feed warble.Feed) bool { return feed.Kind != warble.FeedUser }
 
+// feedCap is how many entries a capped feed keeps.
+func (db *DB) feedCap(feed warble.Feed) int {
+	if feed.Kind == warble.FeedGlobal {
+		return db.opts.GlobalCap
+	}
+	return db.opts.HomeCap
+}
+
 // FindTimeline implements warble.PostService. A page costs a constant number
 // of round trips whatever its size: one range read, one pipelined fetch of
 // the posts and one of their authors.
@@ -65,6 +73,32 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		return tl, nil
 	}
 
+	// A home timeline merges the posts of the pulled accounts its owner
+	// follows (see pull.go). Which those are is read with the first range
+	// read, so a home page costs one more round trip only for a reader
+	// who follows one: two when somebody is pulled at all.
+	read := func(args redis.ZRangeArgs) ([]feedEntry, error) { return s.db.rangeFeed(ctx, args) }
+	if feed.Kind == warble.FeedHome {
+		var sources []string
+		known := false
+		read = func(args redis.ZRangeArgs) ([]feedEntry, error) {
+			if !known {
+				known = true
+				entries, pulled, err := s.db.rangeFeedAndPulled(ctx, args)
+				if err != nil || len(pulled) == 0 {
+					return entries, err
+				}
+				if sources, err = s.db.pulledFollowed(ctx, feed.UserID, pulled); err != nil || len(sources) == 0 {
+					return entries, err
+				}
+			}
+			if len(sources) == 0 {
+				return s.db.rangeFeed(ctx, args)
+			}
+			return s.db.rangeMerged(ctx, feed.UserID, sources, args)
+		}
+	}
+
 	// Read first+1 posts, the last only to know whether a next page
 	// exists. Ids whose post is gone (a delete racing this read) are
 	// skipped, and the read goes on from where it stopped to fill the page.
@@ -78,7 +112,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 			break
 		}
 		need := want - len(posts)
-		entries, err := s.db.rangeFeed(ctx, redis.ZRangeArgs{
+		entries, err := read(redis.ZRangeArgs{
 			Key: key, Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(need),
 		})
 		if err != nil {
@@ -125,6 +159,18 @@ func (db *DB) rangeFeed(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry
 		return nil, err
 	}
 	return feedEntries(zs), nil
+}
+
+// rangeFeedAndPulled is rangeFeed and the pulled accounts (pullAuthorsKey)
+// in one pipeline.
+func (db *DB) rangeFeedAndPulled(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry, []string, error) {
+	pipe := db.client.Pipeline()
+	zs := pipe.ZRangeArgsWithScores(ctx, args)
+	pulled := pipe.SMembers(ctx, pullAuthorsKey)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	return feedEntries(zs.Val()), pulled.Val(), nil
 }
 
 // feedEntries turns sorted set members and scores into timeline entries.

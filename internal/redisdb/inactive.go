@@ -1,0 +1,200 @@
+package redisdb
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Inactive users.
+//
+// Most of a big account's followers are not reading. Fan-out skips a
+// follower who has not been seen (made an authenticated request) for
+// Options.InactiveAfter: deliverScript compares the follower's seenKey with
+// a cutoff, in the follower's slot with the rest of the delivery. When the
+// follower comes back, the request that sees them first finds them
+// inactive and rebuilds their home timeline from the people they follow
+// before it goes on (rebuildHome), so the read that follows is complete.
+//
+// A user with no seenKey (one from before Warble recorded it) counts as
+// active, so that turning this on needs no migration. Recording is cheap:
+// each process writes a user's seenKey at most once per seenEvery.
+
+// DefaultInactiveAfter is the default of Options.InactiveAfter.
+const DefaultInactiveAfter = 7 * 24 * time.Hour
+
+// seenEvery is how often one process records that a user was seen: a small
+// part of InactiveAfter, at most an hour.
+func (db *DB) seenEvery() time.Duration { return min(time.Hour, db.opts.InactiveAfter/8) }
+
+// inactiveCutoff is the seenKey value below which a follower is skipped,
+// as deliverScript takes it: unix ms, or 0 when nobody is skipped.
+func (db *DB) inactiveCutoff() int64 {
+	if db.opts.InactiveAfter < 0 {
+		return 0
+	}
+	return db.now().Add(-db.opts.InactiveAfter).UnixMilli()
+}
+
+// seenCache remembers when this process last recorded users as seen.
+type seenCache struct {
+	mu   sync.Mutex
+	when map[string]time.Time
+}
+
+// due reports whether userID's seen time is to be recorded at now, and
+// counts it as recorded.
+func (c *seenCache) due(userID string, now time.Time, every time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.when == nil || len(c.when) > 100_000 {
+		c.when = make(map[string]time.Time) // forget rather than grow
+	}
+	if last, ok := c.when[userID]; ok && now.Sub(last) < every && now.Sub(last) >= 0 {
+		return false
+	}
+	c.when[userID] = now
+	return true
+}
+
+func (c *seenCache) forget(userID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.when, userID)
+}
+
+// touchScript records that a user was seen, unless the user was inactive
+// until now: then it returns the old time and records nothing, and the
+// caller rebuilds the user's home timeline before it records the visit, so
+// that a failed rebuild is tried again on the next request.
+//
+// KEYS[1] -> w:u:{<id>}:seen
+// ARGV[1] -> now, unix ms
+// ARGV[2] -> the inactive cutoff, unix ms (0: none)
+//
+// Returns the time recorded before ("" if none).
+var touchScript = redis.NewScript(`
+local old = redis.call('GET', KEYS[1])
+if old and tonumber(old) < tonumber(ARGV[2]) then
+	return old
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return old or ''
+`)
+
+// Seen records that userID made a request. A user who had been inactive
+// gets their home timeline rebuilt first. It costs no round trip when this
+// process recorded the user lately.
+func (db *DB) Seen(ctx context.Context, userID string) error {
+	if db.opts.InactiveAfter < 0 || !db.seen.due(userID, db.opts.Now(), db.seenEvery()) {
+		return nil
+	}
+	now := db.now()
+	cutoff := db.inactiveCutoff()
+	old, err := touchScript.Run(ctx, db.client, []string{seenKey(userID)}, now.UnixMilli(), cutoff).Text()
+	if err != nil {
+		db.seen.forget(userID)
+		return fmt.Errorf("record that %s was seen: %w", userID, err)
+	}
+	if at, err := strconv.ParseInt(old, 10, 64); err != nil || at >= cutoff {
+		return nil
+	}
+	if err := db.rebuildHome(ctx, userID); err != nil {
+		db.seen.forget(userID)
+		return err
+	}
+	if err := db.client.Set(ctx, seenKey(userID), now.UnixMilli(), 0).Err(); err != nil {
+		db.seen.forget(userID)
+		return fmt.Errorf("record that %s was seen: %w", userID, err)
+	}
+	return nil
+}
+
+// rebuildScript adds the posts that fan-out skipped to a returning user's
+// home timeline, those of authors the user still follows, trims it to its
+// cap, and announces a RESYNC if anything was added.
+//
+// KEYS[1] -> w:u:{<id>}:home
+// KEYS[2] -> w:u:{<id>}:following
+// ARGV[1] -> home timeline cap
+// ARGV[2] -> the home channel
+// ARGV[3..] -> post seq, post id, author id, …
+//
+// Returns how many posts were added.
+var rebuildScript = redis.NewScript(`
+local added = 0
+for i = 3, #ARGV, 3 do
+	if redis.call('ZSCORE', KEYS[2], ARGV[i + 2]) then
+		added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+	end
+end
+if added > 0 then
+	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
+	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+	redis.call('PUBLISH', ARGV[2], 'S ' .. (top[2] or '0'))
+end
+return added
+`)
+
+// rebuildHome brings the home timeline of a user back from inactivity: the
+// posts of everyone the user follows that are newer than the timeline's
+// newest entry (fan-out skipped them all, since it skipped the user),
+// at most HomeCap of them, merged by seq. Three round trips: the following
+// set and the newest entry; the followees' posts; the write.
+func (db *DB) rebuildHome(ctx context.Context, userID string) error {
+	pipe := db.client.Pipeline()
+	followingCmd := pipe.ZRange(ctx, followingKey(userID), 0, -1)
+	topCmd := pipe.ZRangeWithScores(ctx, homeKey(userID), -1, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("rebuild home of %s: %w", userID, err)
+	}
+	following := followingCmd.Val()
+	if len(following) == 0 {
+		return nil
+	}
+	var newest int64
+	if top := topCmd.Val(); len(top) == 1 {
+		newest = int64(top[0].Score)
+	}
+	capN := int64(db.opts.HomeCap)
+	pipe = db.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(following))
+	for i, f := range following {
+		cmds[i] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: postsKey(f), Start: "+inf", Stop: seqArg(newest), ByScore: true, Rev: true, Count: capN,
+		})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("rebuild home of %s: read posts: %w", userID, err)
+	}
+	var entries []feedEntry
+	for _, c := range cmds {
+		entries = append(entries, feedEntries(c.Val())...)
+	}
+	entries = mergeEntries(entries, true, int(capN))
+	if len(entries) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2+3*len(entries))
+	args = append(args, db.opts.HomeCap, homeChannel(userID))
+	for _, e := range entries {
+		args = append(args, strconv.FormatInt(e.seq, 10), e.postID, postAuthor(e.postID))
+	}
+	added, err := rebuildScript.Run(ctx, db.client, []string{homeKey(userID), followingKey(userID)}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("rebuild home of %s: %w", userID, err)
+	}
+	db.log.InfoContext(ctx, "rebuilt the home timeline of a returning user", "user", userID,
+		"following", len(following), "added", added)
+	return nil
+}
+
+// postAuthor returns the author id of a well-formed post id.
+func postAuthor(postID string) string {
+	author, _, _ := splitPostID(postID)
+	return author
+}

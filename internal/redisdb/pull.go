@@ -1,0 +1,190 @@
+package redisdb
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Hybrid push/pull.
+//
+// Fan-out on write costs one write per follower, which for an account with
+// millions of followers is minutes of work per post. So a fan-out job for
+// an author with more than Options.PullThreshold followers delivers nothing:
+// it adds the author to pullAuthorsKey and stops. A home timeline is then
+// read as a k-way merge by seq of the pushed timeline and the posts sets of
+// the pulled authors its owner follows (usually none, and then a home page
+// costs what it did). Seqs are global, so the merge interleaves exactly as
+// pushing would have, cursors (a seq) mean the same in both, and a post
+// that was pushed and is also in its author's posts set (pushed before the
+// author crossed the threshold) is one entry, not two.
+//
+// What a pushed timeline would hold, the merge holds too:
+//   - only posts of authors the owner follows: unfollowing removes the
+//     author from the merge, as it removes their pushed posts;
+//   - a followed author's newest HomeCap posts, and later ones: what a
+//     follow backfills, then what fan-out adds;
+//   - nothing older than a full timeline's oldest entry, where the cap
+//     has cut the pushed timeline.
+//
+// (The cap is kept per source, not over the union: a home timeline that
+// merges pulled posts can hold somewhat more than HomeCap entries in all.)
+// A deleted post leaves its author's posts set in the delete's first
+// atomic step, so it leaves every merged timeline at once.
+//
+// Crossing the threshold needs no migration. Upwards, the posts pushed
+// before stay pushed, and the merge dedupes them. Downwards, the author
+// stays in pullAuthorsKey for good, so the posts that were pulled stay
+// merged, and new posts are pushed as well. Live home subscriptions (see
+// Hub) listen to the user channels of the pulled authors their owner
+// follows, and hear of an author newly added through pullChannel.
+
+// pullInstead reports whether a post by authorID is to be pulled rather
+// than pushed, because the author has more followers than the threshold.
+// It then records the author in pullAuthorsKey first, so that reads merge
+// the post before the job that skips its fan-out is done, and announces a
+// newly added author on pullChannel.
+func (db *DB) pullInstead(ctx context.Context, authorID, postID string) (bool, error) {
+	if db.opts.PullThreshold < 0 {
+		return false, nil
+	}
+	n, err := db.client.ZCard(ctx, followersKey(authorID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("count followers of %s: %w", authorID, err)
+	}
+	if n <= int64(db.opts.PullThreshold) {
+		return false, nil
+	}
+	added, err := db.client.SAdd(ctx, pullAuthorsKey, authorID).Result()
+	if err != nil {
+		return false, fmt.Errorf("mark %s as pulled: %w", authorID, err)
+	}
+	if added == 1 {
+		db.log.InfoContext(ctx, "account's posts are pulled from now on", "user", authorID,
+			"followers", n, "threshold", db.opts.PullThreshold, "post", postID)
+		if err := db.client.Publish(ctx, pullChannel, authorID).Err(); err != nil {
+			// Hubs pick the author up at their next refresh instead.
+			db.log.WarnContext(ctx, "announce pulled account", "user", authorID, "err", err)
+		}
+	}
+	return true, nil
+}
+
+// pulledFollowed returns which of the pulled authors userID follows, in one
+// round trip (none when there are no pulled authors).
+func (db *DB) pulledFollowed(ctx context.Context, userID string, pulled []string) ([]string, error) {
+	if len(pulled) == 0 {
+		return nil, nil
+	}
+	cmd := zmscore(ctx, db.client, followingKey(userID), pulled)
+	scores, err := parseScores(cmd, len(pulled))
+	if err != nil {
+		return nil, fmt.Errorf("read followed pulled accounts of %s: %w", userID, err)
+	}
+	var out []string
+	for i, at := range scores {
+		if at >= 0 {
+			out = append(out, pulled[i])
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// homeSources returns the pulled authors that userID follows: two round
+// trips, or one when no author is pulled.
+func (db *DB) homeSources(ctx context.Context, userID string) ([]string, error) {
+	pulled, err := db.client.SMembers(ctx, pullAuthorsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read pulled accounts: %w", err)
+	}
+	return db.pulledFollowed(ctx, userID, pulled)
+}
+
+// rangeMerged reads userID's home timeline merged with the posts of the
+// pulled authors in sources, as ZRANGE with args (BYSCORE, with Count, in
+// either direction) would read one sorted set holding them all: one
+// pipeline, whatever the number of sources.
+func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, args redis.ZRangeArgs) ([]feedEntry, error) {
+	pipe := db.client.Pipeline()
+	args.Key = homeKey(userID)
+	homeCmd := pipe.ZRangeArgsWithScores(ctx, args)
+	homeLen := pipe.ZCard(ctx, args.Key)
+	homeOldest := pipe.ZRangeWithScores(ctx, args.Key, 0, 0)
+	type source struct{ entries, floor *redis.ZSliceCmd }
+	srcs := make([]source, len(sources))
+	for i, a := range sources {
+		args.Key = postsKey(a)
+		cap := int64(db.opts.HomeCap)
+		srcs[i] = source{
+			entries: pipe.ZRangeArgsWithScores(ctx, args),
+			floor:   pipe.ZRangeWithScores(ctx, args.Key, -cap, -cap),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	homeFloor := int64(-1)
+	if oldest := homeOldest.Val(); homeLen.Val() >= int64(db.opts.HomeCap) && len(oldest) == 1 {
+		homeFloor = int64(oldest[0].Score)
+	}
+	merged := feedEntries(homeCmd.Val())
+	for _, s := range srcs {
+		floor := homeFloor
+		if f := s.floor.Val(); len(f) == 1 {
+			floor = max(floor, int64(f[0].Score))
+		}
+		for _, e := range feedEntries(s.entries.Val()) {
+			if e.seq >= floor {
+				merged = append(merged, e)
+			}
+		}
+	}
+	return mergeEntries(merged, args.Rev, int(args.Count)), nil
+}
+
+// mergeEntries sorts entries by seq (newest first if rev), drops repeats of
+// a seq, and keeps at most limit (all if limit <= 0).
+func mergeEntries(entries []feedEntry, rev bool, limit int) []feedEntry {
+	slices.SortFunc(entries, func(a, b feedEntry) int {
+		if rev {
+			return cmp.Compare(b.seq, a.seq)
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	entries = slices.CompactFunc(entries, func(a, b feedEntry) bool { return a.seq == b.seq })
+	if limit > 0 && len(entries) > limit {
+		entries = entries[:limit]
+	}
+	return entries
+}
+
+// newestPulled returns the newest seq among the posts sets of sources, 0 if
+// they are empty, in one round trip (none without sources).
+func (db *DB) newestPulled(ctx context.Context, sources []string) (int64, error) {
+	if len(sources) == 0 {
+		return 0, nil
+	}
+	pipe := db.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(sources))
+	for i, a := range sources {
+		cmds[i] = pipe.ZRangeWithScores(ctx, postsKey(a), -1, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	var newest int64
+	for _, c := range cmds {
+		if top := c.Val(); len(top) == 1 {
+			newest = max(newest, int64(top[0].Score))
+		}
+	}
+	return newest, nil
+}
+
+// seqArg is a seq as a ZRANGE BYSCORE bound, exclusive.
+func seqArg(seq int64) string { return "(" + strconv.FormatInt(seq, 10) }

@@ -1,0 +1,252 @@
+package redisdb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// hybridScenario runs the same story on db, which pushes every post or
+// pulls some, and returns the reader's id: a reader follows a celebrity who
+// crosses the threshold (3 followers in these tests) upwards and back down
+// while posting, and two small accounts, and posts are deleted on the way.
+func hybridScenario(t *testing.T, db *DB) string {
+	t.Helper()
+	ctx := context.Background()
+	posts := NewPostService(db)
+	reader := mustSignup(t, db, "reader").ID
+	celeb := mustSignup(t, db, "celeb").ID
+	small1 := mustSignup(t, db, "small1").ID
+	small2 := mustSignup(t, db, "small2").ID
+	fans := make([]string, 4)
+	for i := range fans {
+		fans[i] = mustSignup(t, db, fmt.Sprintf("fan%d", i)).ID
+	}
+	post := func(author string, n int) []*warble.Post {
+		var out []*warble.Post
+		for i := range n {
+			out = append(out, mustCreatePost(t, db, author, fmt.Sprintf("post %d by %s", i, author)))
+		}
+		drainFanOut(t, db)
+		return out
+	}
+	del := func(p *warble.Post) {
+		if err := posts.DeletePost(ctx, p.AuthorID, p.ID); err != nil {
+			t.Fatalf("DeletePost(%s): %v", p.ID, err)
+		}
+		drainFanOut(t, db)
+	}
+
+	early := post(celeb, 3) // before anyone follows: backfilled
+	mustFollow(t, db, reader, celeb)
+	mustFollow(t, db, reader, small1)
+	mustFollow(t, db, reader, small2)
+	pushed := post(celeb, 2) // 1 follower: pushed
+	post(small1, 2)
+	for _, f := range fans { // 5 followers: pulled from now on
+		mustFollow(t, db, f, celeb)
+	}
+	pulled := post(celeb, 3)
+	post(small2, 2)
+	pulled = append(pulled, post(celeb, 2)...)
+	del(pulled[1])
+	del(pushed[0])
+	del(early[2])
+	for _, f := range fans[:3] { // 2 followers: pushed again
+		if err := NewFollowService(db).Unfollow(ctx, f, celeb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(celeb, 2)
+	post(small1, 1)
+	mustFollow(t, db, fans[0], small1) // the fans' timelines must not change the reader's
+	return reader
+}
+
+// TestHybridTimelineMatchesPush runs one story on a Warble that pushes
+// every post and on one that pulls a celebrity's, and reads the reader's
+// home timeline on both at several page sizes: the same posts, in the same
+// order, under the same cursors.
+func TestHybridTimelineMatchesPush(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
+			push := newTestDB(t, Options{PullThreshold: -1, AsyncFanOut: async})
+			hybrid := newTestDB(t, Options{PullThreshold: 3, AsyncFanOut: async})
+			reader := hybridScenario(t, push)
+			if got := hybridScenario(t, hybrid); got != reader {
+				t.Fatalf("reader ids differ: %s and %s", reader, got)
+			}
+			if n := push.client.SCard(context.Background(), pullAuthorsKey).Val(); n != 0 {
+				t.Fatalf("the pushing Warble pulled %d accounts", n)
+			}
+			if n := hybrid.client.SCard(context.Background(), pullAuthorsKey).Val(); n != 1 {
+				t.Fatalf("the hybrid Warble pulled %d accounts, want the celebrity", n)
+			}
+			feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
+			want := readTimeline(t, push, feed, 100, nil)
+			if len(want) != 14 {
+				t.Fatalf("the pushed timeline has %d posts: %v", len(want), want)
+			}
+			// The pulled posts really are missing from the hybrid's pushed
+			// timeline: the merge is what puts them there.
+			if stored := zsetIDs(t, hybrid, homeKey(reader)); len(stored) >= len(want) {
+				t.Fatalf("the hybrid's home timeline stores all %d posts: nothing was pulled", len(stored))
+			}
+			for _, first := range []int{1, 2, 3, 5, 100} {
+				if got := readTimeline(t, hybrid, feed, first, nil); !slices.Equal(got, want) {
+					t.Errorf("first %d: hybrid timeline\n%v\nwant\n%v", first, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPullFollowsUnfollow: unfollowing a pulled account takes its posts off
+// the home timeline at once, and following it again brings them back.
+func TestPullFollowsUnfollow(t *testing.T) {
+	db := newTestDB(t, Options{PullThreshold: 1})
+	ctx := context.Background()
+	reader := mustSignup(t, db, "reader").ID
+	other := mustSignup(t, db, "other").ID
+	celeb := mustSignup(t, db, "celeb").ID
+	mustFollow(t, db, reader, celeb)
+	mustFollow(t, db, other, celeb)
+	p := mustCreatePost(t, db, celeb, "to the many")
+	feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
+	if got := readTimeline(t, db, feed, 10, nil); !slices.Equal(got, []string{p.ID}) {
+		t.Fatalf("home = %v, want the pulled post", got)
+	}
+	if err := NewFollowService(db).Unfollow(ctx, reader, celeb); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTimeline(t, db, feed, 10, nil); len(got) != 0 {
+		t.Fatalf("home after unfollow = %v, want empty", got)
+	}
+	mustFollow(t, db, reader, celeb)
+	if got := readTimeline(t, db, feed, 10, nil); !slices.Equal(got, []string{p.ID}) {
+		t.Fatalf("home after following again = %v, want the post", got)
+	}
+}
+
+// TestPullCaps: a pulled account shows its newest HomeCap posts, as a
+// follow's backfill would copy, and nothing older than a full home
+// timeline's oldest entry, where the cap cut the pushed posts.
+func TestPullCaps(t *testing.T) {
+	db := newTestDB(t, Options{PullThreshold: 1, HomeCap: 4})
+	reader := mustSignup(t, db, "reader").ID
+	other := mustSignup(t, db, "other").ID
+	celeb := mustSignup(t, db, "celeb").ID
+	small := mustSignup(t, db, "small").ID
+	mustFollow(t, db, reader, celeb)
+	mustFollow(t, db, other, celeb)
+	var celebPosts []string
+	for i := range 6 {
+		celebPosts = append(celebPosts, mustCreatePost(t, db, celeb, fmt.Sprint(i)).ID)
+	}
+	feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
+	if got, want := readTimeline(t, db, feed, 10, nil), reversed(celebPosts[2:]); !slices.Equal(got, want) {
+		t.Fatalf("home = %v, want the newest 4 of the pulled account's: %v", got, want)
+	}
+
+	// Four pushed posts fill the home timeline: older pulled posts are
+	// past its cap.
+	mustFollow(t, db, reader, small)
+	var smallPosts []string
+	for i := range 4 {
+		smallPosts = append(smallPosts, mustCreatePost(t, db, small, fmt.Sprint(i)).ID)
+	}
+	newest := mustCreatePost(t, db, celeb, "newest").ID
+	want := append([]string{newest}, reversed(smallPosts)...)
+	if got := readTimeline(t, db, feed, 2, nil); !slices.Equal(got, want) {
+		t.Fatalf("home = %v, want %v", got, want)
+	}
+}
+
+// TestPullSkipsFanOut: a job for a post by an account over the threshold
+// writes to no follower's timeline, yet every follower reads the post.
+func TestPullSkipsFanOut(t *testing.T) {
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 100})
+	celeb := mustSignup(t, db, "celeb").ID
+	fans := manyFollowers(t, db, celeb, 101)
+	p := mustCreatePost(t, db, celeb, "hello, all of you")
+	drainFanOut(t, db)
+	if n := holding(t, db, fans, p.ID); n != 0 {
+		t.Fatalf("%d followers' timelines hold the pulled post", n)
+	}
+	for _, f := range []string{fans[0], fans[50], fans[100]} {
+		tl, err := NewPostService(db).FindTimeline(context.Background(), warble.Feed{Kind: warble.FeedHome, UserID: f}, warble.PageArgs{First: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tl.Edges) != 1 || tl.Edges[0].Node.ID != p.ID || tl.Edges[0].Node.Author == nil {
+			t.Fatalf("follower %s reads %d posts, want the pulled one with its author", f, len(tl.Edges))
+		}
+	}
+}
+
+// TestHubPulledLive: a live home timeline gets the posts and removals of a
+// pulled account it follows, in order with pushed ones; it resumes over
+// them; and it hears of an account that crosses the threshold while it is
+// open.
+func TestHubPulledLive(t *testing.T) {
+	db := newTestDB(t, Options{PullThreshold: 1})
+	h := newTestHub(t, db)
+	ctx := context.Background()
+	reader := mustSignup(t, db, "reader").ID
+	other := mustSignup(t, db, "other").ID
+	celeb := mustSignup(t, db, "celeb").ID
+	rising := mustSignup(t, db, "rising").ID
+	small := mustSignup(t, db, "small").ID
+	mustFollow(t, db, reader, celeb)
+	mustFollow(t, db, other, celeb)
+	mustFollow(t, db, reader, small)
+	mustFollow(t, db, reader, rising)
+	first := mustCreatePost(t, db, celeb, "first") // pulls celeb
+	feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
+	events := mustSubscribe(t, h, feed, nil)
+
+	p1 := mustCreatePost(t, db, celeb, "pulled")
+	wantAdded(t, nextEvent(t, events), p1)
+	p2 := mustCreatePost(t, db, small, "pushed")
+	wantAdded(t, nextEvent(t, events), p2)
+	if err := NewPostService(db).DeletePost(ctx, celeb, p1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.Kind != warble.PostRemoved || *ev.PostID != p1.ID {
+		t.Fatalf("event = %s %v, want POST_REMOVED of %s", ev.Kind, ev.PostID, p1.ID)
+	}
+
+	// A resume from before the first post replays the pulled one too.
+	after := warble.PostCursor(first.Seq - 1)
+	replay := mustSubscribe(t, h, feed, &after)
+	wantAdded(t, nextEvent(t, replay), first)
+	wantAdded(t, nextEvent(t, replay), p2)
+
+	// rising crosses the threshold with this post: its fan-out is
+	// skipped, and the open subscription still gets it.
+	mustFollow(t, db, other, rising)
+	crossing := mustCreatePost(t, db, rising, "now I am big")
+	if n := holding(t, db, []string{reader}, crossing.ID); n != 0 {
+		t.Fatal("the crossing post was pushed")
+	}
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			continue
+		}
+		wantAdded(t, ev, crossing)
+		break
+	}
+	next := mustCreatePost(t, db, rising, "and again")
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			continue
+		}
+		wantAdded(t, ev, next)
+		break
+	}
+}
