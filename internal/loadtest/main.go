@@ -1,7 +1,11 @@
 // Command loadtest seeds a social graph into a Redis and measures a Warble
 // server on it: home pages over HTTP against { __typename } on the same
-// server and against go-redis reading the same pages directly, and
-// createPost latency. See BENCHMARKS.md for how to run it.
+// server and against go-redis reading the same pages directly; createPost
+// latency for authors with few followers; and fan-out, the time from
+// createPost answering until every follower's home timeline holds the post,
+// for authors with given follower counts, against a plain pipeline of
+// ZADDs. It prints the figures next to the targets of the fan-out work and
+// can draw them as an SVG chart. See BENCHMARKS.md for how to run it.
 //
 // It sends traffic only to loopback addresses, and refuses a Redis that
 // holds data unless -flush is given.
@@ -16,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -24,15 +27,15 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/warble/warble/internal/redisdb"
-	"github.com/warble/warble/internal/warble"
 )
 
 type options struct {
@@ -46,10 +49,18 @@ type options struct {
 	concurrency int
 	flush       bool
 	seed        uint64
+
+	fanoutSizes   []int         // follower counts of the fan-out authors; none: no fan-out measurement
+	fanoutTimeout time.Duration // longest wait for one post to reach every follower
+	pullThreshold int           // the server's FANOUT_PULL_THRESHOLD, for the report; 0 if not known, -1 if off
+	fewFollowers  int           // createPost is measured for authors with at most this many followers
+	chart         string        // SVG file to write, if set
+	note          string        // free text for the report, such as the commit measured
 }
 
 func main() {
 	var o options
+	sizes := "auto"
 	flag.StringVar(&o.serverURL, "url", "http://127.0.0.1:8080", "the Warble server under test (loopback only), started with RATE_LIMITS=off on -redis-url")
 	flag.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "the Redis the server uses (loopback only)")
 	flag.IntVar(&o.users, "users", 2000, "users to seed")
@@ -60,11 +71,58 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 16, "requests in flight")
 	flag.BoolVar(&o.flush, "flush", false, "FLUSHDB the Redis first, if it holds data")
 	flag.Uint64Var(&o.seed, "seed", 1, "random seed of the graph")
+	flag.StringVar(&sizes, "fanout-sizes", sizes, "follower counts of the authors whose fan-out is timed, comma-separated; "+
+		"auto: 1000,10000,100000, or 10,100 when -users is below 1000; none: no fan-out measurement")
+	flag.DurationVar(&o.fanoutTimeout, "fanout-timeout", time.Minute, "longest wait for one post to reach every follower")
+	pull := flag.String("pull-threshold", "", "the server's FANOUT_PULL_THRESHOLD, a number or off, for the report (empty: not known)")
+	flag.IntVar(&o.fewFollowers, "few-followers", 1000, "createPost is timed for authors with at most this many followers")
+	flag.StringVar(&o.chart, "chart", "", "write an SVG chart of the results against their targets to this file")
+	flag.StringVar(&o.note, "note", "", "free text for the report and the chart, such as the commit measured")
 	flag.Parse()
+	var err error
+	if o.fanoutSizes, err = parseSizes(sizes, o.users); err != nil {
+		fmt.Fprintln(os.Stderr, "loadtest: -fanout-sizes:", err)
+		os.Exit(2)
+	}
+	switch *pull {
+	case "":
+	case "off":
+		o.pullThreshold = -1
+	default:
+		if o.pullThreshold, err = strconv.Atoi(*pull); err != nil || o.pullThreshold < 1 {
+			fmt.Fprintf(os.Stderr, "loadtest: -pull-threshold %q: want a positive whole number or off\n", *pull)
+			os.Exit(2)
+		}
+	}
 	if err := run(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
 		os.Exit(1)
 	}
+}
+
+// parseSizes reads -fanout-sizes: follower counts, sorted and without
+// repeats; "auto" picks them from the number of users, "none" (or "" or
+// "0") is none.
+func parseSizes(s string, users int) ([]int, error) {
+	switch strings.TrimSpace(s) {
+	case "none", "", "0":
+		return nil, nil
+	case "auto":
+		if users < 1000 {
+			return []int{10, 100}, nil
+		}
+		return []int{1000, 10000, 100000}, nil
+	}
+	var sizes []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 10_000_000 {
+			return nil, fmt.Errorf("%q is not a follower count from 1 to 10000000", f)
+		}
+		sizes = append(sizes, n)
+	}
+	slices.Sort(sizes)
+	return slices.Compact(sizes), nil
 }
 
 // loopback reports whether host names this machine.
@@ -91,6 +149,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.users < 2 || o.runs < 1 || o.concurrency < 1 {
 		return errors.New("need -users >= 2, -runs >= 1, -concurrency >= 1")
 	}
+	if o.fanoutTimeout <= 0 {
+		o.fanoutTimeout = time.Minute
+	}
 	client := redis.NewClient(ropts)
 	defer client.Close()
 	if n, err := client.DBSize(ctx).Result(); err != nil {
@@ -105,6 +166,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db := redisdb.NewDB(client, redisdb.Options{BcryptCost: bcrypt.MinCost, MaxFollowing: o.maxFollow, Logger: quiet})
+	rep := &report{opts: o}
 
 	start := time.Now()
 	g, err := seed(ctx, db, o)
@@ -113,6 +175,19 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "seeded %d users, %d follows (followers: max %d, median %d), %d posts in %s\n",
 		len(g.tokens), g.follows, g.maxFollowers, g.medianFollowers, g.posts, time.Since(start).Round(time.Millisecond))
+	if len(o.fanoutSizes) > 0 {
+		start = time.Now()
+		if rep.fanAuthors, err = seedFans(ctx, db, o.fanoutSizes); err != nil {
+			return fmt.Errorf("seed fan-out authors: %w", err)
+		}
+		fmt.Fprintf(out, "seeded %d more users straight into Redis (redisdb.RawSignups, RawFollows) and authors followed by the first %s of them, in %s\n",
+			slices.Max(o.fanoutSizes), joinInts(o.fanoutSizes), time.Since(start).Round(time.Millisecond))
+	}
+	writers := g.withFollowersAtMost(o.fewFollowers)
+	if len(writers) == 0 {
+		return fmt.Errorf("no seeded user has at most %d followers (-few-followers)", o.fewFollowers)
+	}
+	rep.createAuthors, rep.createMaxFollowers = len(writers), slices.Max(g.followersOf(writers))
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency * 2}, Timeout: 10 * time.Second}
 	gql := o.serverURL + "/graphql"
@@ -128,9 +203,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	create := func(ctx context.Context, r *rand.Rand) error {
-		i := r.IntN(len(g.tokens))
-		return post(ctx, hc, gql, g.tokens[i], `mutation P($b: String!) { createPost(input: {body: $b}) { post { id } } }`,
-			map[string]any{"b": fmt.Sprintf("load %d", r.Uint64())})
+		i := writers[r.IntN(len(writers))]
+		return post(ctx, hc, gql, g.tokens[i], createPostQuery, map[string]any{"b": fmt.Sprintf("load %d", r.Uint64())})
 	}
 	// A short warm-up fills connection pools and caches.
 	if _, err := measure(ctx, o.concurrency, time.Second/2, home); err != nil {
@@ -138,6 +212,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 
 	var homes, types, raws, creates []result
+	var drains []time.Duration
 	for range o.runs {
 		for _, m := range []struct {
 			fn  func(context.Context, *rand.Rand) error
@@ -149,170 +224,57 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			}
 			*m.dst = append(*m.dst, r)
 		}
+		// The createPost run leaves fan-out jobs queued; the next run
+		// starts once the workers are done with them.
+		d, err := waitDrained(ctx, db, 5*time.Minute)
+		if err != nil {
+			return err
+		}
+		drains = append(drains, d)
 	}
-	fan, rawFan, err := measureFanOut(ctx, db, hc, gql, g, o.runs)
-	if err != nil {
+	rep.home, rep.typename, rep.raw, rep.create = median(homes), median(types), median(raws), median(creates)
+	rep.drain = medianOf(drains)
+
+	if rep.fan, err = measureFanOut(ctx, db, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}
-	h, t, rw, c := median(homes), median(types), median(raws), median(creates)
-	fmt.Fprintf(out, "\nmachine: %s/%s, %d CPUs (GOMAXPROCS %d); concurrency %d; %d runs of %s each, medians\n\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), o.concurrency, o.runs, o.duration)
-	fmt.Fprintf(out, "| measurement | requests/s | p50 | p99 |\n|---|---|---|---|\n")
-	row := func(name string, r result) {
-		fmt.Fprintf(out, "| %s | %.0f | %s | %s |\n", name, r.rate, r.p50, r.p99)
+	rep.write(out)
+	if o.chart != "" {
+		f, err := os.Create(o.chart)
+		if err != nil {
+			return err
+		}
+		if err := writeChart(f, rep); err != nil {
+			f.Close()
+			return fmt.Errorf("chart: %w", err)
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nchart: %s\n", o.chart)
 	}
-	row("homeTimeline(first: 20) with authors, HTTP", h)
-	row("{ __typename }, HTTP", t)
-	row("same page, go-redis directly (range + 2 pipelines)", rw)
-	row("createPost, HTTP", c)
-	fmt.Fprintf(out, "\nhome page / __typename: %.2f; home page / raw Redis: %.2f\n", h.rate/t.rate, h.rate/rw.rate)
-	fmt.Fprintf(out, "\nfan-out of one post by the most followed user (%d followers), medians of %d:\n", g.maxFollowers, o.runs)
-	fmt.Fprintf(out, "| measurement | insertions/s | time |\n|---|---|---|\n")
-	fmt.Fprintf(out, "| createPost until every follower's home timeline has it | %.0f | %s |\n", fan.rate, fan.p50)
-	fmt.Fprintf(out, "| one pipeline of plain ZADDs to the same timelines | %.0f | %s |\n", rawFan.rate, rawFan.p50)
-	fmt.Fprintf(out, "\nfan-out / raw ZADD: %.2f\n", fan.rate/rawFan.rate)
 	return nil
 }
 
-// graph is the seeded social graph.
-type graph struct {
-	ids, tokens     []string
-	celebrity       int // the most followed user
-	follows, posts  int
-	maxFollowers    int
-	medianFollowers int
-}
+const createPostQuery = `mutation P($b: String!) { createPost(input: {body: $b}) { post { id } } }`
 
-// seed signs up o.users users, has each follow a number of others drawn
-// from a heavy-tailed distribution, picking whom to follow by a Zipf law
-// over the users (the first users are the celebrities), and has each
-// write o.posts posts, in rounds, so that home timelines interleave.
-func seed(ctx context.Context, db *redisdb.DB, o options) (*graph, error) {
-	auth, follows, posts := redisdb.NewAuthService(db), redisdb.NewFollowService(db), redisdb.NewPostService(db)
-	g := &graph{ids: make([]string, o.users), tokens: make([]string, o.users)}
-	err := parallel(o.users, func(i int) error {
-		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("load%d", i), Password: "load test password"})
+// waitDrained waits until the fan-out stream holds no job, polling every
+// 10ms, and returns how long that took.
+func waitDrained(ctx context.Context, db *redisdb.DB, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		n, _, err := db.FanOutQueueStats(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		g.ids[i], g.tokens[i] = p.User.ID, p.Token
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		if n == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return 0, fmt.Errorf("the fan-out queue still holds %d jobs after %s", n, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	rng := rand.New(rand.NewPCG(o.seed, 42))
-	zipf := rand.NewZipf(rng, 1.2, 1, uint64(o.users-1))
-	maxFollow := min(o.maxFollow, o.users-1)
-	plan := make([][]int, o.users)
-	followers := make([]int, o.users)
-	for i := range plan {
-		// Following counts are heavy-tailed too: mostly a few, some many.
-		k := min(maxFollow, 1+int(math.Floor(math.Exp(rng.NormFloat64()*1.0+2.0))))
-		seen := map[int]bool{i: true}
-		for tries := 0; len(seen)-1 < k && tries < 20*k; tries++ {
-			j := int(zipf.Uint64())
-			if !seen[j] {
-				seen[j] = true
-				plan[i] = append(plan[i], j)
-				followers[j]++
-			}
-		}
-		g.follows += len(plan[i])
-	}
-	err = parallel(o.users, func(i int) error {
-		for _, j := range plan[i] {
-			if err := follows.Follow(ctx, g.ids[i], g.ids[j]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for round := range o.posts {
-		err = parallel(o.users, func(i int) error {
-			_, err := posts.CreatePost(ctx, g.ids[i], fmt.Sprintf("post %d by user %d: a little text of ordinary length to read", round, i))
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		g.posts += o.users
-	}
-	g.celebrity = slices.Index(followers, slices.Max(followers))
-	slices.Sort(followers)
-	g.maxFollowers, g.medianFollowers = followers[len(followers)-1], followers[len(followers)/2]
-	return g, nil
-}
-
-// parallel runs fn for 0..n-1 on a few goroutines, returning the first error.
-func parallel(n int, fn func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	for range 16 {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				if err := fn(i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
-}
-
-// measureFanOut times runs posts by the most followed user from the
-// createPost request until every follower's home timeline holds the post
-// (polled from Redis, so asynchronous fan-out counts in full), and runs of
-// the plain pipelined ZADD baseline to the same timelines. Each result's
-// rate is insertions per second and its p50 the time of one fan-out.
-func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, g *graph, runs int) (result, result, error) {
-	author := g.ids[g.celebrity]
-	var fans, raws []result
-	for i := range runs {
-		start := time.Now()
-		var out struct {
-			CreatePost struct{ Post struct{ ID string } }
-		}
-		if err := postData(ctx, hc, endpoint, g.tokens[g.celebrity], `mutation P($b: String!) { createPost(input: {body: $b}) { post { id } } }`,
-			map[string]any{"b": fmt.Sprintf("fan-out %d", i)}, &out); err != nil {
-			return result{}, result{}, err
-		}
-		for {
-			done, total, err := db.FanOutProgress(ctx, author, out.CreatePost.Post.ID)
-			if err != nil {
-				return result{}, result{}, err
-			}
-			if done == total {
-				took := time.Since(start)
-				fans = append(fans, result{rate: float64(total) / took.Seconds(), p50: took})
-				break
-			}
-			if time.Since(start) > time.Minute {
-				return result{}, result{}, fmt.Errorf("post %s reached %d of %d followers in a minute", out.CreatePost.Post.ID, done, total)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		n, took, err := db.RawFanOut(ctx, author, fmt.Sprintf("bench:%d", i))
-		if err != nil {
-			return result{}, result{}, err
-		}
-		raws = append(raws, result{rate: float64(n) / took.Seconds(), p50: took})
-	}
-	return median(fans), median(raws), nil
 }
 
 // post sends one GraphQL request and fails on any error in the answer.
@@ -404,12 +366,36 @@ func median(rs []result) result {
 		for i, r := range rs {
 			v[i] = f(r)
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return medianOf(v)
 	}
 	return result{
 		rate: pick(func(r result) float64 { return r.rate }),
 		p50:  time.Duration(pick(func(r result) float64 { return float64(r.p50) })).Round(time.Microsecond),
 		p99:  time.Duration(pick(func(r result) float64 { return float64(r.p99) })).Round(time.Microsecond),
 	}
+}
+
+// medianOf returns the median of v (the upper one of an even count), or
+// zero for none. It does not reorder v.
+func medianOf[T int | float64 | time.Duration](v []T) T {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// joinInts renders 1000,10000 as "1000, 10000".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// used by the report: the runtime the tool ran on.
+func machine() string {
+	return fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 }

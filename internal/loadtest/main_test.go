@@ -1,12 +1,28 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
+	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	gqlgraph "github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/redisdb"
+	"github.com/warble/warble/internal/redistest"
 )
 
 func TestLoopback(t *testing.T) {
@@ -54,5 +70,252 @@ func TestMeasure(t *testing.T) {
 	boom := errors.New("boom")
 	if _, err := measure(context.Background(), 2, time.Second, func(context.Context, *rand.Rand) error { return boom }); !errors.Is(err, boom) {
 		t.Errorf("measure with failing requests: %v", err)
+	}
+}
+
+func TestParseSizes(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		users int
+		want  []int
+	}{
+		{"auto", 30, []int{10, 100}},
+		{"auto", 2000, []int{1000, 10000, 100000}},
+		{"none", 2000, nil},
+		{"", 2000, nil},
+		{"0", 2000, nil},
+		{"100000, 1000,1000", 2000, []int{1000, 100000}},
+	} {
+		got, err := parseSizes(c.in, c.users)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("parseSizes(%q, %d) = %v, %v; want %v", c.in, c.users, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"10,x", "-5", "1,,2"} {
+		if _, err := parseSizes(in, 2000); err == nil {
+			t.Errorf("parseSizes(%q) took it", in)
+		}
+	}
+}
+
+// sampleReport is a report with made-up figures: some targets met, some
+// missed, one size not pushed.
+func sampleReport() *report {
+	return &report{
+		opts:     options{users: 2000, posts: 5, runs: 5, duration: 3 * time.Second, concurrency: 16, fewFollowers: 1000, fanoutSizes: []int{1000, 10000, 100000}, pullThreshold: 1000000, note: "commit <abc> & co"},
+		home:     result{rate: 700, p50: 19 * time.Millisecond, p99: 97 * time.Millisecond},
+		typename: result{rate: 10000, p50: time.Millisecond, p99: 8 * time.Millisecond},
+		raw:      result{rate: 2000, p50: 2 * time.Millisecond, p99: 19 * time.Millisecond},
+		create:   result{rate: 1000, p50: 5 * time.Millisecond, p99: 12 * time.Millisecond},
+		fan: []fanResult{
+			{followers: 1000, runs: 5, after: 8 * time.Millisecond, total: 10 * time.Millisecond, rate: 1e5, rawTook: 3 * time.Millisecond, rawRate: 3.3e5},
+			{followers: 10000, runs: 5, after: 80 * time.Millisecond, total: 90 * time.Millisecond, rate: 1.1e5, rawTook: 20 * time.Millisecond, rawRate: 2e5},
+			{followers: 100000, notPushed: "not pushed: the server pulls"},
+		},
+	}
+}
+
+func TestTargets(t *testing.T) {
+	got := map[string]string{}
+	for _, tg := range sampleReport().targets() {
+		state := "missed"
+		if !tg.measured {
+			state = "not measured"
+		} else if tg.met() {
+			state = "met"
+		}
+		got[tg.name] = state
+	}
+	want := map[string]string{
+		"home page / { __typename } rate":                                            "missed", // 0.07
+		"home page / raw Redis page rate":                                            "met",    // 0.35
+		"fan-out / raw ZADD rate, 1000 followers":                                    "missed", // 0.30
+		"fan-out / raw ZADD rate, 10000 followers":                                   "met",    // 0.55
+		"fan-out / raw ZADD rate, 100000 followers":                                  "not measured",
+		"fan-out to 10000 followers, from createPost's answer to the last timeline":  "met", // 80ms
+		"fan-out to 100000 followers, from createPost's answer to the last timeline": "not measured",
+		"createPost p99, authors with ≤ 1000 followers":                              "missed", // 12ms
+	}
+	for name, state := range want {
+		if got[name] != state {
+			t.Errorf("%s: %q, want %q", name, got[name], state)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("targets: %v", got)
+	}
+}
+
+func TestShort(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1343612 * time.Microsecond: "1.34s",
+		145220 * time.Microsecond:  "145ms",
+		7446 * time.Microsecond:    "7.45ms",
+		530 * time.Microsecond:     "530µs",
+		80 * time.Millisecond:      "80ms",
+	} {
+		if got := short(d); got != want {
+			t.Errorf("short(%s) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestChart(t *testing.T) {
+	var b strings.Builder
+	if err := writeChart(&b, sampleReport()); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	// Well-formed XML, with the note's markup escaped.
+	d := xml.NewDecoder(strings.NewReader(svg))
+	var texts []string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("not well-formed: %v\n%s", err, svg)
+		}
+		if c, ok := tok.(xml.CharData); ok && strings.TrimSpace(string(c)) != "" {
+			texts = append(texts, string(c))
+		}
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"commit <abc> & co", "home page / { __typename } rate", "0.07×", "10000 followers", "80ms", "8ms", "target ≤ 100 ms", "target ≤ 1 s", "not pushed", "p99", "target ≥ 0.35×"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("chart lacks %q; its text:\n%s", want, all)
+		}
+	}
+	if !strings.HasPrefix(svg, `<svg xmlns="http://www.w3.org/2000/svg"`) {
+		t.Errorf("chart starts %.60q", svg)
+	}
+}
+
+// TestRunTiny runs the whole tool on a tiny graph against a real Redis and
+// a Warble server in this process (the GraphQL handler and fan-out workers
+// as the server wires them), and checks that it reports every figure. The
+// figures themselves mean nothing here and are not checked.
+func TestRunTiny(t *testing.T) {
+	srv, _, url := startWarble(t, 2)
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	var out strings.Builder
+	err := run(context.Background(), options{
+		serverURL: url, redisURL: srv.URL, users: 12, maxFollow: 5, posts: 2, runs: 2,
+		duration: 50 * time.Millisecond, concurrency: 2, seed: 1,
+		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fewFollowers: 1000, chart: chart,
+	}, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	report := out.String()
+	for _, want := range []string{
+		"seeded 12 users", "seeded 30 more users straight into Redis",
+		"| `homeTimeline(first: 20)` with authors, HTTP |", "| `{ __typename }`, HTTP |",
+		"| same page, go-redis directly", "| `createPost`, HTTP, by the 12 users with ≤ 1000 followers",
+		"home page / `__typename`: ", "The server's FANOUT_PULL_THRESHOLD was not given",
+		"\n| 7 | ", "\n| 30 | ", "| fan-out / raw ZADD rate, 30 followers ≥ 0.50× |",
+		"chart: " + chart,
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "| not pushed: ") || strings.Contains(report, "| not delivered: ") {
+		t.Errorf("fan-out did not reach every follower:\n%s", report)
+	}
+	if svg, err := os.ReadFile(chart); err != nil || !bytes.Contains(svg, []byte("30 followers")) {
+		t.Errorf("chart: %v\n%s", err, svg)
+	}
+	// The tool refuses to seed over data.
+	if err := run(context.Background(), options{serverURL: url, redisURL: srv.URL, users: 12, runs: 1, concurrency: 1}, io.Discard); err == nil || !strings.Contains(err.Error(), "-flush") {
+		t.Errorf("run on a Redis with data: %v", err)
+	}
+}
+
+// startWarble starts a real Redis and a Warble server in this process on
+// it: the GraphQL handler and workers fan-out workers, wired as the server
+// wires them. It returns the Redis, a DB on it and the server's URL.
+func startWarble(t *testing.T, workers int) (*redistest.Server, *redisdb.DB, string) {
+	t.Helper()
+	srv := redistest.New(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db := redisdb.NewDB(srv.Client(t), redisdb.Options{BcryptCost: bcrypt.MinCost, AsyncFanOut: true, Logger: quiet})
+	hub := redisdb.NewHub(db)
+	t.Cleanup(func() { hub.Close() })
+	resolver := &gqlgraph.Resolver{
+		Users:   redisdb.NewUserService(db),
+		Auth:    redisdb.NewAuthService(db),
+		Posts:   redisdb.NewPostService(db),
+		Follows: redisdb.NewFollowService(db),
+		Live:    hub,
+	}
+	h := gqlgraph.AuthMiddleware(resolver.Auth, gqlgraph.NewHandler(gqlgraph.HandlerConfig{Resolver: resolver, Sessions: hub, Logger: quiet}))
+	mux := http.NewServeMux()
+	mux.Handle("POST /graphql", h)
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for range workers {
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{Block: 50 * time.Millisecond})
+		wg.Go(func() { w.Run(ctx) })
+	}
+	return srv, db, ts.URL
+}
+
+// TestFanOutNotPushed checks that a post that does not reach every
+// follower is reported, not waited for forever: when its job leaves the
+// queue without delivering (as when the server pulls the author's posts),
+// and when nothing takes the job in time.
+func TestFanOutNotPushed(t *testing.T) {
+	ctx := context.Background()
+	srv, db, url := startWarble(t, 0) // no workers: the test plays them
+	authors, err := seedFans(ctx, db, []int{3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := db.WatchFanOut(ctx, authors[0].id)
+	if err != nil || w.Followers() != 3 {
+		t.Fatalf("WatchFanOut: %v", err)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+
+	_, why, err := fanOutOnce(ctx, db, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond)
+	if err != nil || !strings.HasPrefix(why, "not delivered: 3 of 3 ") {
+		t.Errorf("with no worker: %q, %v", why, err)
+	}
+
+	// A "worker" that drops every job undone, as one that pulls would.
+	client := srv.Client(t)
+	dropJobs := func() {
+		keys, err := client.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Error(err)
+		}
+		for _, k := range keys {
+			if client.Type(ctx, k).Val() == "stream" {
+				client.Del(ctx, k)
+			}
+		}
+	}
+	dropJobs()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+				dropJobs()
+			}
+		}
+	})
+	_, why, err = fanOutOnce(ctx, db, hc, url+"/graphql", authors[0], w, 1, time.Minute)
+	close(stop)
+	wg.Wait()
+	if err != nil || !strings.HasPrefix(why, "not pushed: ") {
+		t.Errorf("with the job dropped: %q, %v", why, err)
 	}
 }

@@ -5,6 +5,10 @@
 #   internal/loadtest/run.sh -users 2000 -runs 5 -duration 3s
 # CI runs it on a tiny graph to prove it works:
 #   internal/loadtest/run.sh -users 30 -posts 2 -runs 1 -duration 200ms -concurrency 4
+# The server gets FANOUT_PULL_THRESHOLD (default here 1000000, above every
+# fan-out size the tool times) so that fan-out is measured on the push path;
+# set it in the environment to measure another. The tool is told the value
+# for its report, and the commit measured.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -24,8 +28,12 @@ go build -o "$dir/loadtest" ./internal/loadtest
 for _ in $(seq 100); do redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis_url="unix://$dir/redis.sock"
 
+pull_threshold=${FANOUT_PULL_THRESHOLD:-1000000}
+commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
+
 # PORT=0: the kernel picks a free port, which the server logs.
 REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
+  FANOUT_PULL_THRESHOLD="$pull_threshold" \
   "$dir/warble" >"$dir/warble.log" 2>&1 &
 pids+=($!)
 url=
@@ -36,6 +44,7 @@ for _ in $(seq 100); do
 done
 if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
-"$dir/loadtest" -url "$url" -redis-url "$redis_url" "$@" || {
+"$dir/loadtest" -url "$url" -redis-url "$redis_url" \
+  -pull-threshold "$pull_threshold" -note "commit $commit" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/warble/warble/internal/redisdb"
+)
+
+// fanResult is the fan-out of one author's posts, medians over the runs.
+type fanResult struct {
+	followers int
+	runs      int           // runs measured
+	answer    time.Duration // createPost's round trip
+	after     time.Duration // from createPost's answer until the last follower's home timeline held the post
+	total     time.Duration // from sending createPost until then
+	rate      float64       // followers / total: timeline insertions per second, end to end
+	rawTook   time.Duration // one pipeline of plain ZADDs to the same timelines
+	rawRate   float64       // followers / rawTook
+	// notPushed, if set, says why the post did not reach every follower's
+	// home timeline (the server pulls this author's posts, or too slow);
+	// the fields above are then from the runs before, if any.
+	notPushed string
+}
+
+// ratio is the fan-out's end-to-end insertion rate over the raw ZADD rate.
+func (f fanResult) ratio() float64 {
+	if f.runs == 0 || f.rawRate == 0 {
+		return 0
+	}
+	return f.rate / f.rawRate
+}
+
+// fanSample is one run of fanResult.
+type fanSample struct {
+	answer, after, total, rawTook time.Duration
+}
+
+// measureFanOut times o.runs posts by each author, one post at a time on
+// an otherwise idle server: from the createPost request, and from its
+// answer, until every follower's home timeline holds the post (polled from
+// Redis, so asynchronous fan-out counts in full); then, each time, one
+// pipeline of plain ZADDs to the same timelines (redisdb.RawFanOut).
+func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, authors []fanAuthor, o options) ([]fanResult, error) {
+	var results []fanResult
+	for _, a := range authors {
+		w, err := db.WatchFanOut(ctx, a.id)
+		if err != nil {
+			return nil, err
+		}
+		res := fanResult{followers: w.Followers()}
+		var samples []fanSample
+		for i := range o.runs {
+			s, why, err := fanOutOnce(ctx, db, hc, endpoint, a, w, i, o.fanoutTimeout)
+			if err != nil {
+				return nil, fmt.Errorf("author with %d followers: %w", a.followers, err)
+			}
+			if why != "" {
+				res.notPushed = why
+				break
+			}
+			samples = append(samples, s)
+		}
+		res.runs = len(samples)
+		pick := func(f func(fanSample) time.Duration) time.Duration {
+			v := make([]time.Duration, len(samples))
+			for i, s := range samples {
+				v[i] = f(s)
+			}
+			return medianOf(v).Round(10 * time.Microsecond)
+		}
+		if res.runs > 0 {
+			res.answer = pick(func(s fanSample) time.Duration { return s.answer })
+			res.after = pick(func(s fanSample) time.Duration { return s.after })
+			res.total = pick(func(s fanSample) time.Duration { return s.total })
+			res.rawTook = pick(func(s fanSample) time.Duration { return s.rawTook })
+			res.rate = float64(res.followers) / res.total.Seconds()
+			res.rawRate = float64(res.followers) / res.rawTook.Seconds()
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// fanOutOnce posts once as a and waits for the post to reach every
+// follower's home timeline. If it does not, because the fan-out job left
+// the queue without delivering to everyone (the server pulls a's posts
+// instead) or in timeout, it returns why.
+func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, a fanAuthor, w *redisdb.FanOutWatch, i int, timeout time.Duration) (fanSample, string, error) {
+	// Start on an idle server: nothing queued from before.
+	if _, err := waitDrained(ctx, db, 5*time.Minute); err != nil {
+		return fanSample{}, "", err
+	}
+	var out struct {
+		CreatePost struct{ Post struct{ ID string } }
+	}
+	start := time.Now()
+	if err := postData(ctx, hc, endpoint, a.token, createPostQuery, map[string]any{"b": fmt.Sprintf("fan-out %d", i)}, &out); err != nil {
+		return fanSample{}, "", err
+	}
+	answered := time.Now()
+	w.Reset(out.CreatePost.Post.ID)
+	left, progressAt, queueAt := w.Followers(), answered, time.Time{}
+	for {
+		// The queue is read before the timelines: if it was empty then
+		// and a follower still lacks the post, the job was done before
+		// the look, and it will not come.
+		queued := int64(-1)
+		if time.Since(queueAt) >= 50*time.Millisecond {
+			n, _, err := db.FanOutQueueStats(ctx)
+			if err != nil {
+				return fanSample{}, "", err
+			}
+			queued, queueAt = n, time.Now()
+		}
+		n, err := w.Poll(ctx)
+		if err != nil {
+			return fanSample{}, "", err
+		}
+		now := time.Now()
+		if n == 0 {
+			s := fanSample{answer: answered.Sub(start), after: now.Sub(answered), total: now.Sub(start)}
+			_, s.rawTook, err = db.RawFanOut(ctx, a.id, fmt.Sprintf("bench:%d", i))
+			return s, "", err
+		}
+		if n < left {
+			left, progressAt = n, now
+		}
+		if queued == 0 && now.Sub(progressAt) >= time.Second {
+			return fanSample{}, fmt.Sprintf("not pushed: with no fan-out job left in the queue, %d of %d home timelines lacked the post; the server pulls this author's posts (FANOUT_PULL_THRESHOLD below %d?)",
+				n, w.Followers(), w.Followers()), nil
+		}
+		if now.Sub(answered) > timeout {
+			return fanSample{}, fmt.Sprintf("not delivered: %d of %d home timelines lacked the post %s after createPost answered (-fanout-timeout)",
+				n, w.Followers(), timeout), nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
