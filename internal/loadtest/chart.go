@@ -65,9 +65,13 @@ func (r *report) chartPanels() []panel {
 		fan.bars = append(fan.bars, b)
 	}
 	create := panel{title: fmt.Sprintf("createPost latency, authors with ≤ %d followers (lower is better)", r.opts.fewFollowers), unit: "ms"}
-	create.bars = []bar{
-		{label: "p50", value: ms(r.create.p50), ok: true, valueTxt: short(r.create.p50)},
-		{label: "p99", value: ms(r.create.p99), ok: true, valueTxt: short(r.create.p99), goal: ms(goalCreateP99), hasGoal: r.opts.fewFollowers <= goalCreateFollows},
+	for _, c := range []struct {
+		how string
+		r   result
+	}{{fmt.Sprintf("%d in flight", r.opts.concurrency), r.create}, {"one at a time", r.createSingle}} {
+		create.bars = append(create.bars,
+			bar{label: "p50, " + c.how, value: ms(c.r.p50), ok: true, valueTxt: short(c.r.p50)},
+			bar{label: "p99, " + c.how, value: ms(c.r.p99), ok: true, valueTxt: short(c.r.p99), goal: ms(goalCreateP99), hasGoal: r.opts.fewFollowers <= goalCreateFollows})
 	}
 	out := []panel{ratios}
 	if len(fan.bars) > 0 {

@@ -211,28 +211,37 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("home page: %w", err)
 	}
 
-	var homes, types, raws, creates []result
+	var homes, types, raws, creates, singles []result
 	var drains []time.Duration
 	for range o.runs {
 		for _, m := range []struct {
-			fn  func(context.Context, *rand.Rand) error
-			dst *[]result
-		}{{home, &homes}, {typename, &types}, {raw, &raws}, {create, &creates}} {
-			r, err := measure(ctx, o.concurrency, o.duration, m.fn)
+			fn          func(context.Context, *rand.Rand) error
+			concurrency int
+			dst         *[]result
+		}{
+			{home, o.concurrency, &homes}, {typename, o.concurrency, &types}, {raw, o.concurrency, &raws},
+			{create, o.concurrency, &creates}, {create, 1, &singles},
+		} {
+			r, err := measure(ctx, m.concurrency, o.duration, m.fn)
 			if err != nil {
 				return err
 			}
 			*m.dst = append(*m.dst, r)
+			if m.dst == &creates || m.dst == &singles {
+				// A createPost run leaves fan-out jobs queued; the
+				// next run starts once the workers are done with them.
+				d, err := waitDrained(ctx, db, 5*time.Minute)
+				if err != nil {
+					return err
+				}
+				if m.dst == &creates {
+					drains = append(drains, d)
+				}
+			}
 		}
-		// The createPost run leaves fan-out jobs queued; the next run
-		// starts once the workers are done with them.
-		d, err := waitDrained(ctx, db, 5*time.Minute)
-		if err != nil {
-			return err
-		}
-		drains = append(drains, d)
 	}
-	rep.home, rep.typename, rep.raw, rep.create = median(homes), median(types), median(raws), median(creates)
+	rep.home, rep.typename, rep.raw = median(homes), median(types), median(raws)
+	rep.create, rep.createSingle = median(creates), median(singles)
 	rep.drain = medianOf(drains)
 
 	if rep.fan, err = measureFanOut(ctx, db, hc, gql, rep.fanAuthors, o); err != nil {
