@@ -19,6 +19,7 @@ type fanResult struct {
 	rate      float64       // followers / total: timeline insertions per second, end to end
 	rawTook   time.Duration // one pipeline of plain ZADDs to the same timelines
 	rawRate   float64       // followers / rawTook
+	redisCPU  float64       // how busy Redis's main thread was from the request to the last timeline, in CPUs; -1 if not known
 	// notPushed, if set, says why the post did not reach every follower's
 	// home timeline (the server pulls this author's posts, or too slow);
 	// the fields above are then from the runs before, if any.
@@ -36,6 +37,7 @@ func (f fanResult) ratio() float64 {
 // fanSample is one run of fanResult.
 type fanSample struct {
 	answer, after, total, rawTook time.Duration
+	redisCPU                      float64
 }
 
 // measureFanOut times o.runs posts by each author, one post at a time on
@@ -78,6 +80,11 @@ func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoin
 			res.rawTook = pick(func(s fanSample) time.Duration { return s.rawTook })
 			res.rate = float64(res.followers) / res.total.Seconds()
 			res.rawRate = float64(res.followers) / res.rawTook.Seconds()
+			cpu := make([]float64, len(samples))
+			for i, s := range samples {
+				cpu[i] = s.redisCPU
+			}
+			res.redisCPU = medianOf(cpu)
 		}
 		results = append(results, res)
 	}
@@ -96,6 +103,7 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 	var out struct {
 		CreatePost struct{ Post struct{ ID string } }
 	}
+	cpu := markCPU(ctx, db.Client())
 	start := time.Now()
 	if err := postData(ctx, hc, endpoint, a.token, createPostQuery, map[string]any{"b": fmt.Sprintf("fan-out %d", i)}, &out); err != nil {
 		return fanSample{}, "", err
@@ -122,6 +130,7 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 		now := time.Now()
 		if n == 0 {
 			s := fanSample{answer: answered.Sub(start), after: now.Sub(answered), total: now.Sub(start)}
+			s.redisCPU, _ = cpu.busy(markCPU(ctx, db.Client()))
 			_, s.rawTook, err = db.RawFanOut(ctx, a.id, fmt.Sprintf("bench:%d", i))
 			return s, "", err
 		}

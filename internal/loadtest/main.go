@@ -222,10 +222,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			{home, o.concurrency, &homes}, {typename, o.concurrency, &types}, {raw, o.concurrency, &raws},
 			{create, o.concurrency, &creates}, {create, 1, &singles},
 		} {
+			before := markCPU(ctx, client)
 			r, err := measure(ctx, m.concurrency, o.duration, m.fn)
 			if err != nil {
 				return err
 			}
+			r.redisCPU, r.toolCPU = before.busy(markCPU(ctx, client))
 			*m.dst = append(*m.dst, r)
 			if m.dst == &creates || m.dst == &singles {
 				// A createPost run leaves fan-out jobs queued; the
@@ -326,8 +328,9 @@ func postData(ctx context.Context, hc *http.Client, endpoint, token, query strin
 
 // result is one throughput run.
 type result struct {
-	rate     float64 // requests per second
-	p50, p99 time.Duration
+	rate              float64 // requests per second
+	p50, p99          time.Duration
+	redisCPU, toolCPU float64 // how busy Redis's main thread and the tool were, in CPUs; -1 if not known
 }
 
 // measure runs fn on concurrency goroutines for d and reports the rate and
@@ -378,9 +381,11 @@ func median(rs []result) result {
 		return medianOf(v)
 	}
 	return result{
-		rate: pick(func(r result) float64 { return r.rate }),
-		p50:  time.Duration(pick(func(r result) float64 { return float64(r.p50) })).Round(time.Microsecond),
-		p99:  time.Duration(pick(func(r result) float64 { return float64(r.p99) })).Round(time.Microsecond),
+		rate:     pick(func(r result) float64 { return r.rate }),
+		p50:      time.Duration(pick(func(r result) float64 { return float64(r.p50) })).Round(time.Microsecond),
+		p99:      time.Duration(pick(func(r result) float64 { return float64(r.p99) })).Round(time.Microsecond),
+		redisCPU: pick(func(r result) float64 { return r.redisCPU }),
+		toolCPU:  pick(func(r result) float64 { return r.toolCPU }),
 	}
 }
 

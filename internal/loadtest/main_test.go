@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -319,5 +320,24 @@ func TestFanOutNotPushed(t *testing.T) {
 	wg.Wait()
 	if err != nil || !strings.HasPrefix(why, "not pushed: ") {
 		t.Errorf("with the job dropped: %q, %v", why, err)
+	}
+}
+
+func TestCPUMarks(t *testing.T) {
+	if runtime.GOOS == "linux" && procCPU() < 0 {
+		t.Error("procCPU cannot read /proc/self/stat")
+	}
+	srv := redistest.New(t)
+	m := markCPU(context.Background(), srv.Client(t))
+	if !srv.Embedded() && m.redis < 0 {
+		t.Error("markCPU cannot read Redis's INFO cpu")
+	}
+	a := cpuMark{at: time.Unix(10, 0), redis: time.Second, tool: -1}
+	b := cpuMark{at: time.Unix(12, 0), redis: 2 * time.Second, tool: time.Second}
+	if r, tool := a.busy(b); r != 0.5 || tool != -1 {
+		t.Errorf("busy = %v, %v", r, tool)
+	}
+	if percent(0.504) != "50%" || percent(1.5) != "150%" || percent(-1) != "-" {
+		t.Errorf("percent: %s %s %s", percent(0.504), percent(1.5), percent(-1))
 	}
 }

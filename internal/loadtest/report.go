@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -129,9 +130,9 @@ func (r *report) write(out io.Writer) {
 		fmt.Fprintf(out, "\n%s", o.note)
 	}
 	fmt.Fprintf(out, "\nmachine: %s; concurrency %d; %d runs of %s each, medians\n\n", machine(), o.concurrency, o.runs, o.duration)
-	fmt.Fprintf(out, "| measurement | requests/s | p50 | p99 |\n|---|---|---|---|\n")
+	fmt.Fprintf(out, "| measurement | requests/s | p50 | p99 | Redis main thread busy | tool busy |\n|---|---|---|---|---|---|\n")
 	row := func(name string, r result) {
-		fmt.Fprintf(out, "| %s | %.0f | %s | %s |\n", name, r.rate, r.p50, r.p99)
+		fmt.Fprintf(out, "| %s | %.0f | %s | %s | %s | %s |\n", name, r.rate, r.p50, r.p99, percent(r.redisCPU), percent(r.toolCPU))
 	}
 	row("`homeTimeline(first: 20)` with authors, HTTP", r.home)
 	row("`{ __typename }`, HTTP", r.typename)
@@ -141,18 +142,19 @@ func (r *report) write(out io.Writer) {
 	fmt.Fprintf(out, "\nhome page / `__typename`: %.2f (target ≥ %.2f); home page / raw Redis: %.2f (target ≥ %.2f)\n",
 		r.home.rate/r.typename.rate, goalHomeVsTypename, r.home.rate/r.raw.rate, goalHomeVsRaw)
 	fmt.Fprintf(out, "the fan-out jobs each createPost run queued took %s (median) to drain after it\n", r.drain.Round(time.Millisecond))
+	fmt.Fprintf(out, "busy: CPU time over wall time, 100%% = one CPU of %d; what is left went to the server, its workers and anything else on the machine\n", runtime.NumCPU())
 
 	if len(r.fan) > 0 {
 		fmt.Fprintf(out, "\nfan-out of one post at a time on an otherwise idle server, medians of up to %d runs.\n%s.\n\n", o.runs, upperFirst(r.pullNote()))
-		fmt.Fprintf(out, "| followers | `createPost` answer | answer → last timeline | request → last timeline | insertions/s | raw `ZADD` pipeline | raw insertions/s | fan-out / raw |\n")
-		fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(out, "| followers | `createPost` answer | answer → last timeline | request → last timeline | Redis main thread busy | insertions/s | raw `ZADD` pipeline | raw insertions/s | fan-out / raw |\n")
+		fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|\n")
 		for _, f := range r.fan {
 			if f.runs == 0 {
 				fmt.Fprintf(out, "| %d | %s |\n", f.followers, f.notPushed)
 				continue
 			}
-			fmt.Fprintf(out, "| %d | %s | %s | %s | %.0f | %s | %.0f | %.2f |\n",
-				f.followers, f.answer, f.after, f.total, f.rate, f.rawTook, f.rawRate, f.ratio())
+			fmt.Fprintf(out, "| %d | %s | %s | %s | %s | %.0f | %s | %.0f | %.2f |\n",
+				f.followers, f.answer, f.after, f.total, percent(f.redisCPU), f.rate, f.rawTook, f.rawRate, f.ratio())
 			if f.notPushed != "" {
 				fmt.Fprintf(out, "|  | later runs: %s |\n", f.notPushed)
 			}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// cpuMark is how much CPU time Redis's main thread and this process had
+// used at a moment, to tell how busy each was over a measurement: on a
+// machine that runs the tool, the server and Redis together, it shows
+// which of them a figure is limited by. A negative time is unknown.
+type cpuMark struct {
+	at          time.Time
+	redis, tool time.Duration
+}
+
+// markCPU reads Redis's INFO cpu (the main thread's user and system time,
+// or the whole process's on a Redis without those fields) and this
+// process's own CPU time from /proc (Linux only).
+func markCPU(ctx context.Context, client redis.UniversalClient) cpuMark {
+	m := cpuMark{at: time.Now(), redis: -1, tool: procCPU()}
+	info, err := client.Info(ctx, "cpu").Result()
+	if err != nil {
+		return m
+	}
+	fields := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if f, err := strconv.ParseFloat(v, 64); ok && err == nil {
+			fields[k] = f
+		}
+	}
+	sum := func(a, b string) (float64, bool) {
+		x, ok1 := fields[a]
+		y, ok2 := fields[b]
+		return x + y, ok1 && ok2
+	}
+	if s, ok := sum("used_cpu_user_main_thread", "used_cpu_sys_main_thread"); ok {
+		m.redis = time.Duration(s * float64(time.Second))
+	} else if s, ok := sum("used_cpu_user", "used_cpu_sys"); ok {
+		m.redis = time.Duration(s * float64(time.Second))
+	}
+	return m
+}
+
+// procCPU returns this process's user and system CPU time, from
+// /proc/self/stat in clock ticks of 1/100 s (USER_HZ on Linux), or -1.
+func procCPU() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return -1
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	k, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(u+k) * (time.Second / 100)
+}
+
+// busy returns how busy Redis's main thread and this process were from
+// a to b, each as a share of one CPU (-1 where unknown).
+func (a cpuMark) busy(b cpuMark) (redisShare, toolShare float64) {
+	wall := b.at.Sub(a.at)
+	share := func(x, y time.Duration) float64 {
+		if x < 0 || y < 0 || wall <= 0 {
+			return -1
+		}
+		return float64(y-x) / float64(wall)
+	}
+	return share(a.redis, b.redis), share(a.tool, b.tool)
+}
+
+// percent renders a share of one CPU, or "-" when unknown.
+func percent(share float64) string {
+	if share < 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(share*100+0.5)) + "%"
+}
