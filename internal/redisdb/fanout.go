@@ -163,11 +163,8 @@ func (w *Worker) step(ctx context.Context, block time.Duration) (int, error) {
 	if !w.ready {
 		ok, err := w.ensureGroup(ctx)
 		if err != nil || !ok {
-			if err == nil && block > 0 { // no job was ever queued: wait for one
-				select {
-				case <-ctx.Done():
-				case <-time.After(block):
-				}
+			if err == nil && block > 0 {
+				err = w.awaitFirstJob(ctx, block)
 			}
 			return 0, err
 		}
@@ -242,6 +239,21 @@ func (w *Worker) ensureGroup(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("create fan-out group: %w", err)
 	}
 	return n == 1, nil
+}
+
+// awaitFirstJob waits up to block for the stream to get its first entry,
+// when no job was ever queued: XREAD BLOCK on a stream that does not exist
+// yet answers as soon as an XADD creates it, so the first post is fanned
+// out at once rather than at the next poll, and an idle Warble still
+// writes nothing.
+func (w *Worker) awaitFirstJob(ctx context.Context, block time.Duration) error {
+	err := w.db.client.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{fanoutStreamKey, "0-0"}, Count: 1, Block: block,
+	}).Err()
+	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+		return fmt.Errorf("wait for fan-out jobs: %w", err)
+	}
+	return nil
 }
 
 func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,4 +265,29 @@ func BenchmarkFanOut(b *testing.B) {
 		drainFanOut(b, db)
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "deliveries/s")
+}
+
+// TestWorkerWakesForFirstJob: a worker started before any job was ever
+// queued (no stream, no group) runs the first one when it is queued, not
+// when its wait for jobs runs out.
+func TestWorkerWakesForFirstJob(t *testing.T) {
+	db := newAsyncTestDB(t)
+	requireRealRedis(t, db) // to see the worker wait, in CLIENT LIST
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	// A blocked read does not end with its context: the worker stops when
+	// the test's client closes, after this test.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := NewWorker(db, WorkerOptions{Block: time.Minute})
+	go w.Run(ctx)
+	waitFor(t, "the worker to wait", func() bool {
+		n, _ := db.client.ClientList(context.Background()).Result()
+		return strings.Contains(n, "cmd=xread")
+	})
+	p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "first ever")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first job to be done", func() bool { return holding(t, db, followers, p.ID) == 3 })
 }
