@@ -288,8 +288,8 @@ func runWorkers(ctx context.Context, args []string, getenv func(string) string, 
 func startWorkers(cfg config, db *redisdb.DB, n int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for range n {
-		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch})
+	for i := range n {
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0})
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }

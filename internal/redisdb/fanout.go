@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,11 +45,14 @@ import (
 //     added, so a follower who has the post already gets neither a second
 //     entry nor a second POST_ADDED.
 //
-// What it does not cover: if the process dies between createPostScript and
-// the XADD, CreatePost has not answered; the author has the post and the
-// followers do not. (An outbox in the author's slot, swept into the stream,
-// would close that window; it is not built yet.) Jobs are as durable as the
-// Redis that holds them, like the posts themselves.
+// Before the XADD, a job is in its author's outbox: createPostScript (and
+// deletePostScript) record it there in the same atomic step that stores the
+// post, and it leaves the outbox only once XADD has stored it. A process
+// that dies between the two leaves it in the outbox, where a worker's
+// sweep (sweepOutboxes: one worker of each process, at start and then
+// about once a minute) finds it and queues it. A job queued twice that way (a sweep racing a slow
+// CreatePost) is done twice, which delivery makes harmless. Jobs are as
+// durable as the Redis that holds them, like the posts themselves.
 //
 // Deletes go through the same stream. A delete can race a create job still
 // walking the followers, and the timelines must end without the post. The
@@ -83,12 +88,104 @@ const (
 	opUndeliver = "del"
 )
 
-// enqueueFanOut appends a fan-out job for a post to the stream.
-func (db *DB) enqueueFanOut(ctx context.Context, op, authorID string, seq int64, postID string) error {
-	return db.client.XAdd(ctx, &redis.XAddArgs{
+// enqueueFanOut appends a fan-out job for a post to the stream, then takes
+// it out of its author's outbox.
+func (db *DB) enqueueFanOut(ctx context.Context, op, postID string) error {
+	authorID, seq, ok := splitPostID(postID)
+	if !ok {
+		return fmt.Errorf("fan-out job for malformed post id %q", postID)
+	}
+	err := db.client.XAdd(ctx, &redis.XAddArgs{
 		Stream: fanoutStreamKey,
-		Values: []any{"op", op, "author", authorID, "seq", strconv.FormatInt(seq, 10), "post", postID},
+		Values: []any{"op", op, "author", authorID, "seq", seq, "post", postID},
 	}).Err()
+	if err != nil {
+		return err
+	}
+	if err := db.client.ZRem(ctx, outboxKey(authorID), outboxEntry(op, postID)).Err(); err != nil {
+		// Queued already: a sweep will queue it again, harmlessly.
+		db.log.WarnContext(ctx, "clear fan-out outbox", "post", postID, "err", err)
+	}
+	return nil
+}
+
+// outboxEntry is the outbox member of a job.
+func outboxEntry(op, postID string) string { return op + " " + postID }
+
+// Sweeping the outboxes.
+const (
+	DefaultSweepEvery = time.Minute      // how often a sweeping worker sweeps
+	sweepAfter        = 30 * time.Second // how old a job must be to be swept: younger ones may be in flight
+	sweepCount        = 1000             // keys one SCAN step asks for
+)
+
+// sweepOutboxes queues the jobs that have sat in an author's outbox since
+// before cutoff: their CreatePost or DeletePost died before it queued them.
+// It walks the keys with SCAN (on each master of a cluster), reading only,
+// and returns how many jobs it queued.
+func (db *DB) sweepOutboxes(ctx context.Context, cutoff time.Time) (int, error) {
+	pattern := prefix + "u:{*}:outbox"
+	scan := func(ctx context.Context, c redis.Cmdable) ([]string, error) {
+		var keys []string
+		iter := c.Scan(ctx, 0, pattern, sweepCount).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		return keys, iter.Err()
+	}
+	var keys []string
+	var err error
+	if cc, ok := db.client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			found, err := scan(ctx, c)
+			mu.Lock()
+			keys = append(keys, found...)
+			mu.Unlock()
+			return err
+		})
+	} else {
+		keys, err = scan(ctx, db.client)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sweep fan-out outboxes: %w", err)
+	}
+	queued := 0
+	for _, key := range keys {
+		entries, err := db.client.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key: key, Start: "-inf", Stop: strconv.FormatInt(cutoff.UnixMilli(), 10), ByScore: true,
+		}).Result()
+		if err != nil {
+			return queued, fmt.Errorf("sweep fan-out outbox %s: %w", key, err)
+		}
+		for _, e := range entries {
+			op, postID, _ := strings.Cut(e, " ")
+			if (op != opDeliver && op != opUndeliver) || !isPostID(postID) {
+				db.log.ErrorContext(ctx, "malformed fan-out outbox entry; dropped", "key", key, "entry", e)
+				db.client.ZRem(ctx, key, e)
+				continue
+			}
+			if err := db.enqueueFanOut(ctx, op, postID); err != nil {
+				return queued, fmt.Errorf("sweep fan-out outbox %s: %w", key, err)
+			}
+			queued++
+			db.log.WarnContext(ctx, "queued a fan-out job that its request did not", "op", op, "post", postID)
+		}
+	}
+	return queued, nil
+}
+
+// maybeSweep sweeps the outboxes if this worker sweeps and its time has
+// come: at its start, then every SweepEvery, give or take a tenth so that
+// processes started together spread out.
+func (w *Worker) maybeSweep(ctx context.Context) error {
+	if !w.opts.Sweep || time.Now().Before(w.nextSweep) {
+		return nil
+	}
+	every := w.opts.SweepEvery
+	w.nextSweep = time.Now().Add(every - every/10 + rand.N(every/5+1))
+	_, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter))
+	return err
 }
 
 // WorkerOptions tune a Worker. The zero value of each field means its default.
@@ -104,14 +201,20 @@ type WorkerOptions struct {
 	// Block is how long one read waits for new jobs; it bounds how long Run
 	// takes to return once its context ends.
 	Block time.Duration
+	// Sweep has this worker also sweep the authors' outboxes for jobs that
+	// were never queued (see sweepOutboxes), every SweepEvery. One worker
+	// of each process is enough.
+	Sweep      bool
+	SweepEvery time.Duration
 }
 
 // Worker runs fan-out jobs from the stream. Any number of workers, in any
 // number of processes, may run at once.
 type Worker struct {
-	db    *DB
-	opts  WorkerOptions
-	ready bool // the group is known to exist
+	db        *DB
+	opts      WorkerOptions
+	ready     bool      // the group is known to exist
+	nextSweep time.Time // when this worker sweeps the outboxes next
 }
 
 var workerCount atomic.Int64
@@ -131,6 +234,9 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 	if opts.Block <= 0 {
 		opts.Block = defaultBlock
 	}
+	if opts.SweepEvery <= 0 {
+		opts.SweepEvery = DefaultSweepEvery
+	}
 	return &Worker{db: db, opts: opts}
 }
 
@@ -140,7 +246,10 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 func (w *Worker) Run(ctx context.Context) error {
 	pause := 0 * time.Millisecond
 	for ctx.Err() == nil {
-		_, err := w.step(ctx, w.opts.Block)
+		err := w.maybeSweep(ctx)
+		if err == nil {
+			_, err = w.step(ctx, w.opts.Block)
+		}
 		if err == nil || ctx.Err() != nil {
 			pause = 0
 			continue

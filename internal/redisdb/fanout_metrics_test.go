@@ -16,7 +16,7 @@ func TestFanOutQueueStats(t *testing.T) {
 		t.Fatalf("empty queue: %d jobs, lag %s, %v", n, lag, err)
 	}
 	for _, seq := range []int64{1, 2} {
-		if err := db.enqueueFanOut(ctx, opDeliver, "1", seq, "1:"+string(rune('0'+seq))); err != nil {
+		if err := db.enqueueFanOut(ctx, opDeliver, "1:"+string(rune('0'+seq))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +291,125 @@ func TestWorkerWakesForFirstJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first job to be done", func() bool { return holding(t, db, followers, p.ID) == 3 })
+}
+
+// failXAdd is a go-redis hook that fails XADD while it is on, as if the
+// process had died between storing a post and queueing its job.
+type failXAdd struct{ on atomic.Bool }
+
+func (h *failXAdd) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failXAdd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && cmd.Name() == "xadd" {
+			err := errors.New("xadd failed (test)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failXAdd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOutboxSweep: a post whose fan-out job was never queued (its request
+// died after storing it) is in its author's outbox, and a sweep queues the
+// job, for a create and for a delete; jobs that were queued leave nothing
+// behind.
+func TestOutboxSweep(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	hook := &failXAdd{}
+	db.client.AddHook(hook)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	posts := NewPostService(db)
+
+	ok := mustCreatePost(t, db, ada.ID, "queued at once")
+	if n := db.client.Exists(ctx, outboxKey(ada.ID)).Val(); n != 0 {
+		t.Fatal("a queued job stayed in the outbox")
+	}
+	if holding(t, db, followers, ok.ID) != 3 {
+		t.Fatal("the queued job was not done")
+	}
+
+	hook.on.Store(true)
+	if _, err := posts.CreatePost(ctx, ada.ID, "its job is lost"); err == nil {
+		t.Fatal("CreatePost succeeded without queueing its fan-out")
+	}
+	hook.on.Store(false)
+	lost := zsetIDs(t, db, postsKey(ada.ID))[1]
+	drainFanOut(t, db)
+	if holding(t, db, followers, lost) != 0 {
+		t.Fatal("a post whose job was not queued reached followers")
+	}
+	sweep := func(cutoff time.Time) int {
+		t.Helper()
+		n, err := db.sweepOutboxes(ctx, cutoff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := sweep(time.Now().Add(-sweepAfter)); n != 0 {
+		t.Fatalf("a sweep queued %d jobs that may still be in flight", n)
+	}
+	if n := sweep(time.Now().Add(time.Minute)); n != 1 {
+		t.Fatalf("the sweep queued %d jobs, want 1", n)
+	}
+	drainFanOut(t, db)
+	if holding(t, db, followers, lost) != 3 {
+		t.Fatal("the swept job did not deliver the post")
+	}
+
+	hook.on.Store(true)
+	if err := posts.DeletePost(ctx, ada.ID, lost); err != nil {
+		t.Fatal(err)
+	}
+	hook.on.Store(false)
+	drainFanOut(t, db)
+	if holding(t, db, followers, lost) != 3 {
+		t.Fatal("the delete's job ran though it was not queued")
+	}
+	if n := sweep(time.Now().Add(time.Minute)); n != 1 {
+		t.Fatalf("the sweep queued %d jobs, want the delete's", n)
+	}
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, lost); got != 0 {
+		t.Fatalf("after the swept delete %d followers still hold the post", got)
+	}
+	if n := db.client.Exists(ctx, outboxKey(ada.ID)).Val(); n != 0 {
+		t.Fatal("the outbox is not empty after the sweeps")
+	}
+}
+
+// TestWorkerSweepsOutboxes: a worker with Sweep queues, at its start, a job
+// that a dead request left in an outbox long enough ago.
+func TestWorkerSweepsOutboxes(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db := newTestDB(t, Options{AsyncFanOut: true, Now: clock.Now})
+	hook := &failXAdd{}
+	db.client.AddHook(hook)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 2)
+	hook.on.Store(true)
+	if _, err := NewPostService(db).CreatePost(ctx, ada.ID, "its job is lost"); err == nil {
+		t.Fatal("CreatePost succeeded without queueing its fan-out")
+	}
+	hook.on.Store(false)
+	lost := zsetIDs(t, db, postsKey(ada.ID))[0]
+	clock.Add(time.Minute)
+	for _, sweep := range []bool{false, true} {
+		w := NewWorker(db, WorkerOptions{Sweep: sweep})
+		if err := w.maybeSweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		drainFanOut(t, db)
+		if got, want := holding(t, db, followers, lost), map[bool]int{false: 0, true: 2}[sweep]; got != want {
+			t.Fatalf("worker with Sweep %v: %d followers hold the post, want %d", sweep, got, want)
+		}
+	}
 }

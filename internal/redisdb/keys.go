@@ -55,6 +55,11 @@ func followersKey(userID string) string { return userKey(userID) + ":followers" 
 // time of the follow, unix ms: w:u:{<id>}:following.
 func followingKey(userID string) string { return userKey(userID) + ":following" }
 
+// outboxKey is a ZSET of the fan-out jobs of a user's posts that may not be
+// in the stream yet, "<op> <post id>" scored by when they were recorded
+// (unix ms): w:u:{<id>}:outbox. A job leaves it once queued (see fanout.go).
+func outboxKey(userID string) string { return userKey(userID) + ":outbox" }
+
 // seenKey is a STRING holding when a user last made a request, unix ms,
 // written at most about hourly: w:u:{<id>}:seen. Fan-out skips users not
 // seen for a while (see inactive.go).

@@ -36,9 +36,14 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // then announces it there. The author's keys share a slot, so this is one
 // atomic step and the author never sees a half-written post.
 //
+// With a fan-out job to queue (ARGV[9]), it also records the job in the
+// author's outbox, so that the job is queued even if this process dies
+// before it queues it (see fanout.go).
+//
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
 // KEYS[3] -> w:u:{<author>}:home
+// KEYS[4] -> w:u:{<author>}:outbox
 // ARGV[1] -> post seq
 // ARGV[2] -> post id
 // ARGV[3] -> body
@@ -47,9 +52,13 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // ARGV[6] -> the author's user channel
 // ARGV[7] -> the author's home channel
 // ARGV[8] -> the added message for both channels
+// ARGV[9] -> the outbox entry of the fan-out job, or "" for none
 //
 // Returns 1.
 var createPostScript = redis.NewScript(`
+if ARGV[9] ~= '' then
+	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
+end
 redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
@@ -106,18 +115,27 @@ return 1
 // timelines, then announces the removal there. Deleting a deleted post
 // changes nothing.
 //
+// With a fan-out job to queue (ARGV[5]), it records the job in the author's
+// outbox, as createPostScript does.
+//
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
 // KEYS[3] -> w:u:{<author>}:home
+// KEYS[4] -> w:u:{<author>}:outbox
 // ARGV[1] -> post id
 // ARGV[2] -> the author's user channel
 // ARGV[3] -> the author's home channel
 // ARGV[4] -> the removed message for both channels
+// ARGV[5] -> the outbox entry of the fan-out job, or "" for none
+// ARGV[6] -> now, unix ms
 //
 // Returns 1 if the post was deleted, 0 if there was no such post.
 var deletePostScript = redis.NewScript(`
 if redis.call('DEL', KEYS[1]) == 0 then
 	return 0
+end
+if ARGV[5] ~= '' then
+	redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5])
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[4])
@@ -168,10 +186,14 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	id := authorID + ":" + seqText
 	createdAt := s.db.now()
 	added := encodeAdded(seq, id)
+	job := ""
+	if s.db.opts.AsyncFanOut {
+		job = outboxEntry(opDeliver, id)
+	}
 	err = createPostScript.Run(ctx, s.db.client,
-		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID)},
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
 		seqText, id, body, msString(createdAt), s.db.opts.HomeCap,
-		userChannel(authorID), homeChannel(authorID), added).Err()
+		userChannel(authorID), homeChannel(authorID), added, job).Err()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
@@ -180,7 +202,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// that hangs up now.
 	ctx = context.WithoutCancel(ctx)
 	if s.db.opts.AsyncFanOut {
-		if err := s.db.enqueueFanOut(ctx, opDeliver, authorID, seq, id); err != nil {
+		if err := s.db.enqueueFanOut(ctx, opDeliver, id); err != nil {
 			return nil, fmt.Errorf("create post by %s: enqueue fan-out of %s: %w", authorID, id, err)
 		}
 	}
@@ -441,9 +463,13 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	}
 	seq, _ := strconv.ParseInt(seqText, 10, 64)
 	removed := encodeRemoved(seq, postID)
+	job := ""
+	if s.db.opts.AsyncFanOut {
+		job = outboxEntry(opUndeliver, postID)
+	}
 	n, err := deletePostScript.Run(ctx, s.db.client,
-		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID)},
-		postID, userChannel(authorID), homeChannel(authorID), removed).Int64()
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
+		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now())).Int64()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 	} else if n == 0 {
@@ -460,7 +486,7 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	if !s.db.opts.AsyncFanOut {
 		err = s.db.unFanOut(ctx, authorID, seq, postID, startCursor, fanOutChunk, noSave)
 	} else {
-		err = s.db.enqueueFanOut(ctx, opUndeliver, authorID, seq, postID)
+		err = s.db.enqueueFanOut(ctx, opUndeliver, postID)
 	}
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from followers' timelines", "post", postID, "err", err)
