@@ -277,3 +277,18 @@ func TestMetricsConfig(t *testing.T) {
 		t.Errorf("METRICS=off still serves /metrics")
 	}
 }
+
+// TestMetricsFanOutDeliveries: the in-process workers count each home
+// timeline they add a post to.
+func TestMetricsFanOutDeliveries(t *testing.T) {
+	s := newTestServer(t)
+	author := s.signup(t, "author")
+	for _, name := range []string{"fan1", "fan2", "fan3"} {
+		s.follow(t, s.signup(t, name), author)
+	}
+	before := s.scrape(t)["warble_fanout_deliveries_total"]
+	s.post(t, author, "to three")
+	eventually(t, "three deliveries counted", func() bool {
+		return s.scrape(t)["warble_fanout_deliveries_total"]-before == 3
+	})
+}
