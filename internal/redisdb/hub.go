@@ -74,6 +74,8 @@ type Hub struct {
 	// channels that get its messages.
 	routes   map[string]map[*hubChannel]struct{}
 	pullSeen bool // pullChannel was confirmed once
+
+	seenEvery time.Duration // how often a live home timeline records its owner as seen
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -147,6 +149,7 @@ func NewHub(db *DB) *Hub {
 		pending:      make(map[string][]pendingCommand),
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
 		routes:       make(map[string]map[*hubChannel]struct{}),
+		seenEvery:    db.seenEvery(),
 	}
 	// client.Subscribe does not wait for Redis: the confirmation arrives
 	// through the channel below, and go-redis retries the subscription
@@ -819,12 +822,23 @@ func (ch *hubChannel) signal(reconnected bool) {
 func (ch *hubChannel) run() {
 	h := ch.hub
 	defer h.wg.Done()
+	// A user who watches their home timeline live is active, requests or
+	// not: fan-out must not skip them (see inactive.go).
+	var seen <-chan time.Time
+	if ch.feed.Kind == warble.FeedHome && h.db.opts.InactiveAfter >= 0 {
+		ch.touch()
+		t := time.NewTicker(h.seenEvery)
+		defer t.Stop()
+		seen = t.C
+	}
 	for {
 		select {
 		case <-ch.quit:
 			return
 		case <-h.done:
 			return
+		case <-seen:
+			ch.touch()
 		case reconnected := <-ch.confirm:
 			ch.start(reconnected && ch.started)
 		case payload := <-ch.inbox:
@@ -998,6 +1012,14 @@ func (ch *hubChannel) pull() {
 	}
 	for _, p := range posts {
 		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
+	}
+}
+
+// touch records that a home channel's owner was seen.
+func (ch *hubChannel) touch() {
+	h := ch.hub
+	if err := h.db.Seen(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
+		h.db.log.Warn("record a live reader's visit", "feed", ch.feed.String(), "err", err)
 	}
 }
 

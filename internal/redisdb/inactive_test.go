@@ -124,3 +124,29 @@ func TestSeenIsCheap(t *testing.T) {
 		t.Fatalf("seen = %q after an hour, want now", at())
 	}
 }
+
+// TestLiveReaderStaysActive: a user who makes no request for a week but
+// watches their home timeline live the whole time is not skipped.
+func TestLiveReaderStaysActive(t *testing.T) {
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db := newTestDB(t, Options{Now: clock.Now, InactiveAfter: 7 * 24 * time.Hour})
+	h := NewHub(db)
+	h.seenEvery = 20 * time.Millisecond
+	t.Cleanup(func() { h.Close() })
+	author := mustSignup(t, db, "author").ID
+	watcher := mustSignup(t, db, "watcher").ID
+	mustFollow(t, db, watcher, author)
+	events := mustSubscribe(t, h, warble.HomeFeed(watcher), nil)
+	for range 8 {
+		clock.Add(24 * time.Hour)
+		now := msString(clock.Now())
+		waitFor(t, "the live timeline to record its reader", func() bool {
+			return db.client.Get(context.Background(), seenKey(watcher)).Val() == now
+		})
+	}
+	p := mustCreatePost(t, db, author, "still there?")
+	wantAdded(t, nextEvent(t, events), p)
+	if holding(t, db, []string{watcher}, p.ID) != 1 {
+		t.Fatal("fan-out skipped a user watching live")
+	}
+}
