@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,18 +24,14 @@ import (
 // that was pushed and is also in its author's posts set (pushed before the
 // author crossed the threshold) is one entry, not two.
 //
-// What a pushed timeline would hold, the merge holds too:
-//   - only posts of authors the owner follows: unfollowing removes the
-//     author from the merge, as it removes their pushed posts;
-//   - a followed author's newest HomeCap posts, and later ones: what a
-//     follow backfills, then what fan-out adds;
-//   - nothing older than a full timeline's oldest entry, where the cap
-//     has cut the pushed timeline.
-//
-// (The cap is kept per source, not over the union: a home timeline that
-// merges pulled posts can hold somewhat more than HomeCap entries in all.)
-// A deleted post leaves its author's posts set in the delete's first
-// atomic step, so it leaves every merged timeline at once.
+// What a pushed timeline would hold, the merge holds too: only posts of
+// authors the owner follows (unfollowing removes the author from the
+// merge, as it removes their pushed posts), and of those the newest
+// HomeCap, the cap of the whole (see rangeMerged). A deleted post leaves
+// its author's posts set in the delete's first atomic step, so it leaves
+// every merged timeline at once. One difference remains, after deletes
+// only: where a pushed timeline's cap cut an old post for good, a merged
+// one may show it again once newer posts are deleted.
 //
 // Crossing the threshold needs no migration. Upwards, the posts pushed
 // before stay pushed, and the merge dedupes them. Downwards, the author
@@ -109,42 +106,91 @@ func (db *DB) homeSources(ctx context.Context, userID string) ([]string, error) 
 // pulled authors in sources, as ZRANGE with args (BYSCORE, with Count, in
 // either direction) would read one sorted set holding them all: one
 // pipeline, whatever the number of sources.
+//
+// A page read (args.Rev) also keeps the cap exact: a pushed timeline holds
+// its newest HomeCap entries, and so does the merge. Counting the entries
+// above the page bounds how deep the page is; only a page that may reach
+// past the cap pays for finding where the cap falls (cutMerged).
 func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, args redis.ZRangeArgs) ([]feedEntry, error) {
+	capN := int64(db.opts.HomeCap)
+	keys := make([]string, 0, 1+len(sources))
+	keys = append(keys, homeKey(userID))
+	for _, a := range sources {
+		keys = append(keys, postsKey(a))
+	}
+	above := ""
+	if start, _ := args.Start.(string); args.Rev && start != "+inf" {
+		above = strings.TrimPrefix(start, "(") // entries at or above the page's upper bound
+	}
 	pipe := db.client.Pipeline()
-	args.Key = homeKey(userID)
-	homeCmd := pipe.ZRangeArgsWithScores(ctx, args)
-	homeLen := pipe.ZCard(ctx, args.Key)
-	homeOldest := pipe.ZRangeWithScores(ctx, args.Key, 0, 0)
-	type source struct{ entries, floor *redis.ZSliceCmd }
-	srcs := make([]source, len(sources))
-	for i, a := range sources {
-		args.Key = postsKey(a)
-		cap := int64(db.opts.HomeCap)
-		srcs[i] = source{
-			entries: pipe.ZRangeArgsWithScores(ctx, args),
-			floor:   pipe.ZRangeWithScores(ctx, args.Key, -cap, -cap),
+	ranges := make([]*redis.ZSliceCmd, len(keys))
+	floors := make([]*redis.ZSliceCmd, len(keys))
+	counts := make([]*redis.IntCmd, len(keys))
+	for i, key := range keys {
+		args.Key = key
+		ranges[i] = pipe.ZRangeArgsWithScores(ctx, args)
+		floors[i] = pipe.ZRangeWithScores(ctx, key, -capN, -capN) // the cap-th newest
+		if above != "" {
+			counts[i] = pipe.ZCount(ctx, key, above, "+inf")
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err
 	}
-	homeFloor := int64(-1)
-	if oldest := homeOldest.Val(); homeLen.Val() >= int64(db.opts.HomeCap) && len(oldest) == 1 {
-		homeFloor = int64(oldest[0].Score)
-	}
-	merged := feedEntries(homeCmd.Val())
-	for _, s := range srcs {
-		floor := homeFloor
-		if f := s.floor.Val(); len(f) == 1 {
-			floor = max(floor, int64(f[0].Score))
+	// A source's entries below its own cap-th newest are past the cap of
+	// the whole, which the source alone fills above them.
+	var merged []feedEntry
+	var deep int64
+	for i := range keys {
+		floor := int64(-1)
+		if f := floors[i].Val(); len(f) == 1 {
+			floor = int64(f[0].Score)
 		}
-		for _, e := range feedEntries(s.entries.Val()) {
+		for _, e := range feedEntries(ranges[i].Val()) {
 			if e.seq >= floor {
 				merged = append(merged, e)
 			}
 		}
+		if counts[i] != nil {
+			deep += counts[i].Val()
+		}
 	}
-	return mergeEntries(merged, args.Rev, int(args.Count)), nil
+	merged = mergeEntries(merged, args.Rev, int(args.Count))
+	if args.Rev && deep+int64(len(merged)) > capN {
+		cut, err := db.cutMerged(ctx, keys)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for n < len(merged) && merged[n].seq >= cut {
+			n++
+		}
+		merged = merged[:n]
+	}
+	return merged, nil
+}
+
+// cutMerged returns the seq of the HomeCap-th newest entry of the union
+// of keys (0 if the union holds fewer): each key's newest HomeCap, merged.
+func (db *DB) cutMerged(ctx context.Context, keys []string) (int64, error) {
+	capN := int64(db.opts.HomeCap)
+	pipe := db.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(keys))
+	for i, key := range keys {
+		cmds[i] = pipe.ZRangeWithScores(ctx, key, -capN, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, err
+	}
+	var all []feedEntry
+	for _, c := range cmds {
+		all = append(all, feedEntries(c.Val())...)
+	}
+	all = mergeEntries(all, true, int(capN))
+	if int64(len(all)) < capN {
+		return 0, nil
+	}
+	return all[len(all)-1].seq, nil
 }
 
 // mergeEntries sorts entries by seq (newest first if rev), drops repeats of

@@ -12,8 +12,9 @@ import (
 // hybridScenario runs the same story on db, which pushes every post or
 // pulls some, and returns the reader's id: a reader follows a celebrity who
 // crosses the threshold (3 followers in these tests) upwards and back down
-// while posting, and two small accounts, and posts are deleted on the way.
-func hybridScenario(t *testing.T, db *DB) string {
+// while posting, and two small accounts, and (with deletes) posts are
+// deleted on the way.
+func hybridScenario(t *testing.T, db *DB, deletes bool) string {
 	t.Helper()
 	ctx := context.Background()
 	posts := NewPostService(db)
@@ -34,6 +35,9 @@ func hybridScenario(t *testing.T, db *DB) string {
 		return out
 	}
 	del := func(p *warble.Post) {
+		if !deletes {
+			return
+		}
 		if err := posts.DeletePost(ctx, p.AuthorID, p.ID); err != nil {
 			t.Fatalf("DeletePost(%s): %v", p.ID, err)
 		}
@@ -70,13 +74,23 @@ func hybridScenario(t *testing.T, db *DB) string {
 // every post and on one that pulls a celebrity's, and reads the reader's
 // home timeline on both at several page sizes: the same posts, in the same
 // order, under the same cursors.
+//
+// With a cap that cuts the timeline, the merge keeps the newest HomeCap
+// as the pushed timeline does. (It is run without deletes: after one, a
+// post that the pushed timeline's cap dropped for good may show again in
+// the merge, the one difference, see pull.go.)
 func TestHybridTimelineMatchesPush(t *testing.T) {
-	for _, async := range []bool{false, true} {
-		t.Run(fmt.Sprintf("async=%v", async), func(t *testing.T) {
-			push := newTestDB(t, Options{PullThreshold: -1, AsyncFanOut: async})
-			hybrid := newTestDB(t, Options{PullThreshold: 3, AsyncFanOut: async})
-			reader := hybridScenario(t, push)
-			if got := hybridScenario(t, hybrid); got != reader {
+	for _, c := range []struct {
+		async   bool
+		homeCap int
+		want    int
+	}{{false, 0, 14}, {true, 0, 14}, {true, 6, 6}, {false, 11, 11}} {
+		t.Run(fmt.Sprintf("async=%v,cap=%d", c.async, c.homeCap), func(t *testing.T) {
+			push := newTestDB(t, Options{PullThreshold: -1, AsyncFanOut: c.async, HomeCap: c.homeCap})
+			hybrid := newTestDB(t, Options{PullThreshold: 3, AsyncFanOut: c.async, HomeCap: c.homeCap})
+			deletes := c.homeCap == 0
+			reader := hybridScenario(t, push, deletes)
+			if got := hybridScenario(t, hybrid, deletes); got != reader {
 				t.Fatalf("reader ids differ: %s and %s", reader, got)
 			}
 			if n := push.client.SCard(context.Background(), pullAuthorsKey).Val(); n != 0 {
@@ -87,13 +101,13 @@ func TestHybridTimelineMatchesPush(t *testing.T) {
 			}
 			feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
 			want := readTimeline(t, push, feed, 100, nil)
-			if len(want) != 14 {
+			if len(want) != c.want {
 				t.Fatalf("the pushed timeline has %d posts: %v", len(want), want)
 			}
 			// The pulled posts really are missing from the hybrid's pushed
 			// timeline: the merge is what puts them there.
-			if stored := zsetIDs(t, hybrid, homeKey(reader)); len(stored) >= len(want) {
-				t.Fatalf("the hybrid's home timeline stores all %d posts: nothing was pulled", len(stored))
+			if stored := zsetIDs(t, hybrid, homeKey(reader)); slices.Equal(stored, reversed(want)) {
+				t.Fatalf("the hybrid's home timeline stores exactly what is read: nothing was pulled")
 			}
 			for _, first := range []int{1, 2, 3, 5, 100} {
 				if got := readTimeline(t, hybrid, feed, first, nil); !slices.Equal(got, want) {
@@ -132,8 +146,8 @@ func TestPullFollowsUnfollow(t *testing.T) {
 }
 
 // TestPullCaps: a pulled account shows its newest HomeCap posts, as a
-// follow's backfill would copy, and nothing older than a full home
-// timeline's oldest entry, where the cap cut the pushed posts.
+// follow's backfill would copy, and a home timeline that merges pulled and
+// pushed posts shows the newest HomeCap of them all.
 func TestPullCaps(t *testing.T) {
 	db := newTestDB(t, Options{PullThreshold: 1, HomeCap: 4})
 	reader := mustSignup(t, db, "reader").ID
@@ -159,7 +173,7 @@ func TestPullCaps(t *testing.T) {
 		smallPosts = append(smallPosts, mustCreatePost(t, db, small, fmt.Sprint(i)).ID)
 	}
 	newest := mustCreatePost(t, db, celeb, "newest").ID
-	want := append([]string{newest}, reversed(smallPosts)...)
+	want := append([]string{newest}, reversed(smallPosts)...)[:4]
 	if got := readTimeline(t, db, feed, 2, nil); !slices.Equal(got, want) {
 		t.Fatalf("home = %v, want %v", got, want)
 	}
