@@ -686,6 +686,14 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	}
 	cut := feedCapped(ch.feed) && lenCmd.Val() >= int64(h.db.feedCap(ch.feed)) &&
 		len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
+	if len(sources) > 0 {
+		// The cap of the merged timeline is where the cut falls.
+		at, err := h.db.cutMerged(ctx, mergedKeys(ch.feed.UserID, sources))
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+		}
+		cut = at > 0 && afterSeq < at
+	}
 	if cut || len(entries) > replayLimit {
 		// The cap cut the timeline after the cursor, or it holds too much
 		// after it: the client should refetch instead.

@@ -113,11 +113,7 @@ func (db *DB) homeSources(ctx context.Context, userID string) ([]string, error) 
 // past the cap pays for finding where the cap falls (cutMerged).
 func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, args redis.ZRangeArgs) ([]feedEntry, error) {
 	capN := int64(db.opts.HomeCap)
-	keys := make([]string, 0, 1+len(sources))
-	keys = append(keys, homeKey(userID))
-	for _, a := range sources {
-		keys = append(keys, postsKey(a))
-	}
+	keys := mergedKeys(userID, sources)
 	above := ""
 	if start, _ := args.Start.(string); args.Rev && start != "+inf" {
 		above = strings.TrimPrefix(start, "(") // entries at or above the page's upper bound
@@ -168,6 +164,16 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 		merged = merged[:n]
 	}
 	return merged, nil
+}
+
+// mergedKeys returns the sorted sets that a merged home timeline reads.
+func mergedKeys(userID string, sources []string) []string {
+	keys := make([]string, 0, 1+len(sources))
+	keys = append(keys, homeKey(userID))
+	for _, a := range sources {
+		keys = append(keys, postsKey(a))
+	}
+	return keys
 }
 
 // cutMerged returns the seq of the HomeCap-th newest entry of the union

@@ -177,6 +177,23 @@ func TestPullCaps(t *testing.T) {
 	if got := readTimeline(t, db, feed, 2, nil); !slices.Equal(got, want) {
 		t.Fatalf("home = %v, want %v", got, want)
 	}
+
+	// A resume from below the cap of the merged timeline cannot replay
+	// everything after it: RESYNC, as for a pushed timeline.
+	h := newTestHub(t, db)
+	seq, _ := postSeq(celebPosts[5])
+	after := warble.PostCursor(seq)
+	if ev := nextEvent(t, mustSubscribe(t, h, feed, &after)); ev.Kind != warble.Resync {
+		t.Fatalf("resume from below the cap: first event %s, want RESYNC", ev.Kind)
+	}
+	seq, _ = postSeq(want[3])
+	after = warble.PostCursor(seq)
+	events := mustSubscribe(t, h, feed, &after)
+	for _, id := range reversed(want[:3]) {
+		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || *ev.PostID != id {
+			t.Fatalf("resume within the cap: event %s %v, want POST_ADDED of %s", ev.Kind, ev.PostID, id)
+		}
+	}
 }
 
 // TestPullSkipsFanOut: a job for a post by an account over the threshold
