@@ -183,32 +183,41 @@ func feedEntries(zs []redis.Z) []feedEntry {
 	return entries
 }
 
-// loadPosts reads the posts of entries with their authors in two round
-// trips: one pipeline of an HMGET per post, then one findUsers of the
-// distinct authors. The posts come back in the order of entries; an entry
-// whose post is gone (deleted) or whose id is malformed is left out. A post
-// whose author cannot be read keeps a nil Author.
+// loadPosts reads the posts of entries with their authors in one round
+// trip: a post id names its author, so one pipeline holds an HMGET per post
+// and findUsers' commands for the distinct authors. The posts come back in
+// the order of entries; an entry whose post is gone (deleted) or whose id is
+// malformed is left out. A post whose author cannot be read keeps a nil
+// Author.
 func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Post, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
 	cmds := make([]*redis.SliceCmd, len(entries))
+	var authorIDs []string
+	authorIndex := make(map[string]int)
 	pipe := db.client.Pipeline()
 	for i, e := range entries {
-		if author, seq, ok := splitPostID(e.postID); ok {
-			cmds[i] = pipe.HMGet(ctx, postKey(author, seq), "body", "createdAt")
+		author, seq, ok := splitPostID(e.postID)
+		if !ok {
+			continue
+		}
+		cmds[i] = pipe.HMGet(ctx, postKey(author, seq), "body", "createdAt")
+		if _, seen := authorIndex[author]; !seen {
+			authorIndex[author] = len(authorIDs)
+			authorIDs = append(authorIDs, author)
 		}
 	}
 	if pipe.Len() == 0 {
 		return nil, nil
 	}
+	authors := queueUsers(ctx, pipe, authorIDs)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read %d posts: %w", pipe.Len(), err)
+		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
 	}
+	users := authors()
 
 	posts := make([]*warble.Post, 0, len(entries))
-	var authorIDs []string
-	authorIndex := make(map[string]int)
 	for i, e := range entries {
 		if cmds[i] == nil {
 			continue
@@ -220,21 +229,11 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 		}
 		createdAt, _ := vals[1].(string)
 		author := warble.PostAuthorID(e.postID)
-		if _, seen := authorIndex[author]; !seen {
-			authorIndex[author] = len(authorIDs)
-			authorIDs = append(authorIDs, author)
-		}
 		seq, _ := postSeq(e.postID)
 		posts = append(posts, &warble.Post{
 			ID: e.postID, AuthorID: author, Body: body, CreatedAt: msTime(createdAt), Seq: seq,
+			Author: users[authorIndex[author]],
 		})
-	}
-	authors, err := db.findUsers(ctx, authorIDs)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range posts {
-		p.Author = authors[authorIndex[p.AuthorID]]
 	}
 	return posts, nil
 }

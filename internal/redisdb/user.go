@@ -76,12 +76,25 @@ func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, erro
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	pipe := db.client.Pipeline()
+	users := queueUsers(ctx, pipe, ids)
+	if pipe.Len() == 0 {
+		return make([]*warble.User, len(ids)), nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("find %d users: %w", len(ids), err)
+	}
+	return users(), nil
+}
+
+// queueUsers queues findUsers' commands on pipe, and returns what reads
+// their answers once pipe has run.
+func queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() []*warble.User {
 	type userCmds struct {
 		fields                         *redis.SliceCmd
 		followers, following, postsCnt *redis.IntCmd
 	}
 	cmds := make([]userCmds, len(ids))
-	pipe := db.client.Pipeline()
 	for i, id := range ids {
 		if !warble.ValidUserID(id) {
 			continue
@@ -93,36 +106,32 @@ func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, erro
 			postsCnt:  pipe.ZCard(ctx, postsKey(id)),
 		}
 	}
-	if pipe.Len() == 0 {
-		return make([]*warble.User, len(ids)), nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("find %d users: %w", len(ids), err)
-	}
-	users := make([]*warble.User, len(ids))
-	for i, id := range ids {
-		c := cmds[i]
-		if c.fields == nil {
-			continue
+	return func() []*warble.User {
+		users := make([]*warble.User, len(ids))
+		for i, id := range ids {
+			c := cmds[i]
+			if c.fields == nil {
+				continue
+			}
+			vals := c.fields.Val()
+			username, _ := vals[0].(string)
+			if username == "" {
+				continue // HMGET of a missing hash is all nils
+			}
+			displayName, _ := vals[1].(string)
+			createdAt, _ := vals[2].(string)
+			users[i] = &warble.User{
+				ID:             id,
+				Username:       username,
+				DisplayName:    displayName,
+				CreatedAt:      msTime(createdAt),
+				FollowersCount: int(c.followers.Val()),
+				FollowingCount: int(c.following.Val()),
+				PostsCount:     int(c.postsCnt.Val()),
+			}
 		}
-		vals := c.fields.Val()
-		username, _ := vals[0].(string)
-		if username == "" {
-			continue // HMGET of a missing hash is all nils
-		}
-		displayName, _ := vals[1].(string)
-		createdAt, _ := vals[2].(string)
-		users[i] = &warble.User{
-			ID:             id,
-			Username:       username,
-			DisplayName:    displayName,
-			CreatedAt:      msTime(createdAt),
-			FollowersCount: int(c.followers.Val()),
-			FollowingCount: int(c.following.Val()),
-			PostsCount:     int(c.postsCnt.Val()),
-		}
+		return users
 	}
-	return users, nil
 }
 
 // compactUsers drops the nil entries of users.
