@@ -17,13 +17,14 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/layout.golden from what the test sees")
 
 // TestLayout pins the Redis data layout: it runs a small scenario through the
-// real services (two users, a follow, a post, a session) and compares every
+// real services (two users, a follow, a post, a session, an account over the
+// pull threshold) and compares every
 // key Redis then holds, with its type, fields and expiry, against
 // testdata/layout.golden. A change to the layout shows as a diff in review;
 // refresh it with go test -run TestLayout -update.
 func TestLayout(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{AsyncFanOut: true})
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 1})
 	auth := NewAuthService(db)
 	ada, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
 	if err != nil {
@@ -37,6 +38,18 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := NewPostService(db).CreatePost(ctx, ada.User.ID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	// A second follower puts ada over the threshold: her next post is pulled.
+	cy, err := auth.Signup(ctx, warble.SignupInput{Username: "cyd", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFollowService(db).Follow(ctx, cy.User.ID, ada.User.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewPostService(db).CreatePost(ctx, ada.User.ID, "hello, many"); err != nil {
 		t.Fatal(err)
 	}
 	drainFanOut(t, db)
@@ -67,6 +80,7 @@ func TestLayout(t *testing.T) {
 		homeChannel(ada.User.ID),
 		userChannel(ada.User.ID),
 		revokedChannel,
+		pullChannel,
 	)
 	got := strings.Join(lines, "\n") + "\n"
 
