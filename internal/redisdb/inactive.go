@@ -67,23 +67,24 @@ func (c *seenCache) forget(userID string) {
 	delete(c.when, userID)
 }
 
-// touchScript records that a user was seen, unless the user was inactive
-// until now: then it returns the old time and records nothing, and the
-// caller rebuilds the user's home timeline before it records the visit, so
-// that a failed rebuild is tried again on the next request.
+// touchScript records that a user was seen, and returns what the caller
+// needs to rebuild the home timeline of a user who was inactive: the time
+// recorded before, and the newest seq in the home timeline at the moment
+// fan-out stops skipping the user. Every post it skipped is newer than that
+// (fan-out skipped everything since the user went inactive) and was stored
+// before this step; every post after it is delivered.
 //
 // KEYS[1] -> w:u:{<id>}:seen
+// KEYS[2] -> w:u:{<id>}:home
 // ARGV[1] -> now, unix ms
-// ARGV[2] -> the inactive cutoff, unix ms (0: none)
 //
-// Returns the time recorded before ("" if none).
+// Returns {the time recorded before ("" if none), the newest seq ("0" if
+// the timeline is empty)}.
 var touchScript = redis.NewScript(`
 local old = redis.call('GET', KEYS[1])
-if old and tonumber(old) < tonumber(ARGV[2]) then
-	return old
-end
 redis.call('SET', KEYS[1], ARGV[1])
-return old or ''
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+return {old or '', top[2] or '0'}
 `)
 
 // Seen records that userID made a request. A user who had been inactive
@@ -93,23 +94,27 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 	if db.opts.InactiveAfter < 0 || !db.seen.due(userID, db.opts.Now(), db.seenEvery()) {
 		return nil
 	}
-	now := db.now()
-	cutoff := db.inactiveCutoff()
-	old, err := touchScript.Run(ctx, db.client, []string{seenKey(userID)}, now.UnixMilli(), cutoff).Text()
+	res, err := touchScript.Run(ctx, db.client, []string{seenKey(userID), homeKey(userID)}, db.now().UnixMilli()).Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected answer %v", res)
+	}
 	if err != nil {
 		db.seen.forget(userID)
 		return fmt.Errorf("record that %s was seen: %w", userID, err)
 	}
-	if at, err := strconv.ParseInt(old, 10, 64); err != nil || at >= cutoff {
+	old := replyString(res[0])
+	if at, err := strconv.ParseInt(old, 10, 64); err != nil || at >= db.inactiveCutoff() {
 		return nil
 	}
-	if err := db.rebuildHome(ctx, userID); err != nil {
+	newest, _ := strconv.ParseInt(replyString(res[1]), 10, 64)
+	if err := db.rebuildHome(ctx, userID, newest); err != nil {
+		// Inactive again, so that the next request rebuilds (the posts
+		// delivered meanwhile are newer than what it will read from).
 		db.seen.forget(userID)
+		if err := db.client.Set(ctx, seenKey(userID), old, 0).Err(); err != nil {
+			db.log.ErrorContext(ctx, "home timeline of a returning user not rebuilt", "user", userID, "err", err)
+		}
 		return err
-	}
-	if err := db.client.Set(ctx, seenKey(userID), now.UnixMilli(), 0).Err(); err != nil {
-		db.seen.forget(userID)
-		return fmt.Errorf("record that %s was seen: %w", userID, err)
 	}
 	return nil
 }
@@ -141,27 +146,20 @@ return added
 `)
 
 // rebuildHome brings the home timeline of a user back from inactivity: the
-// posts of everyone the user follows that are newer than the timeline's
-// newest entry (fan-out skipped them all, since it skipped the user),
-// at most HomeCap of them, merged by seq. Three round trips: the following
-// set and the newest entry; the followees' posts; the write.
-func (db *DB) rebuildHome(ctx context.Context, userID string) error {
-	pipe := db.client.Pipeline()
-	followingCmd := pipe.ZRange(ctx, followingKey(userID), 0, -1)
-	topCmd := pipe.ZRangeWithScores(ctx, homeKey(userID), -1, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
+// posts of everyone the user follows that are newer than newest, the
+// timeline's newest entry when fan-out stopped skipping the user, at most
+// HomeCap of them, merged by seq. Three round trips: the following set;
+// the followees' posts; the write.
+func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) error {
+	following, err := db.client.ZRange(ctx, followingKey(userID), 0, -1).Result()
+	if err != nil {
 		return fmt.Errorf("rebuild home of %s: %w", userID, err)
 	}
-	following := followingCmd.Val()
 	if len(following) == 0 {
 		return nil
 	}
-	var newest int64
-	if top := topCmd.Val(); len(top) == 1 {
-		newest = int64(top[0].Score)
-	}
 	capN := int64(db.opts.HomeCap)
-	pipe = db.client.Pipeline()
+	pipe := db.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, len(following))
 	for i, f := range following {
 		cmds[i] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
