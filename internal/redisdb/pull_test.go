@@ -263,21 +263,19 @@ func TestHubPulledLive(t *testing.T) {
 	if n := holding(t, db, []string{reader}, crossing.ID); n != 0 {
 		t.Fatal("the crossing post was pushed")
 	}
-	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.Resync {
-			continue
-		}
-		wantAdded(t, ev, crossing)
-		break
-	}
+	// The hub learns of the crossing after the post, so a RESYNC may come
+	// along (see refreshMessage); a POST_ADDED must.
+	wantAdded(t, nextPostEvent(t, events), crossing)
 	next := mustCreatePost(t, db, rising, "and again")
+	wantAdded(t, nextPostEvent(t, events), next)
+}
+
+// nextPostEvent is nextEvent past any RESYNC.
+func nextPostEvent(tb testing.TB, events <-chan *warble.TimelineEvent) *warble.TimelineEvent {
+	tb.Helper()
 	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.Resync {
-			continue
+		if ev := nextEvent(tb, events); ev.Kind != warble.Resync {
+			return ev
 		}
-		wantAdded(t, ev, next)
-		break
 	}
 }
