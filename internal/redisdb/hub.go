@@ -661,7 +661,6 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	pipe := h.db.client.Pipeline()
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
-	lenCmd := pipe.ZCard(ctx, ch.key)
 	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
@@ -684,19 +683,18 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 		}
 		newest = max(newest, pulled)
 	}
-	cut := feedCapped(ch.feed) && lenCmd.Val() >= int64(h.db.feedCap(ch.feed)) &&
-		len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
+	cut := feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
 	if len(sources) > 0 {
-		// The cap of the merged timeline is where the cut falls.
-		at, err := h.db.cutMerged(ctx, mergedKeys(ch.feed.UserID, sources))
+		// The oldest entry of the merged timeline.
+		_, first, err := h.db.cutMerged(ctx, mergedKeys(ch.feed.UserID, sources))
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 		}
-		cut = at > 0 && afterSeq < at
+		cut = first > 0 && afterSeq < first
 	}
 	if cut || len(entries) > replayLimit {
-		// The cap cut the timeline after the cursor, or it holds too much
-		// after it: the client should refetch instead.
+		// The timeline no longer holds everything after the cursor, or
+		// holds too much of it: the client should refetch instead.
 		sub.floor = max(newest, afterSeq)
 		return []*warble.TimelineEvent{resyncEvent(sub.floor)}, nil
 	}

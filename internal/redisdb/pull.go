@@ -153,7 +153,7 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	}
 	merged = mergeEntries(merged, args.Rev, int(args.Count))
 	if args.Rev && deep+int64(len(merged)) > capN {
-		cut, err := db.cutMerged(ctx, keys)
+		cut, _, err := db.cutMerged(ctx, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -177,8 +177,9 @@ func mergedKeys(userID string, sources []string) []string {
 }
 
 // cutMerged returns the seq of the HomeCap-th newest entry of the union
-// of keys (0 if the union holds fewer): each key's newest HomeCap, merged.
-func (db *DB) cutMerged(ctx context.Context, keys []string) (int64, error) {
+// of keys (0 if the union holds fewer), and the oldest seq the merged
+// timeline holds (0 if none): each key's newest HomeCap, merged.
+func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest int64, err error) {
 	capN := int64(db.opts.HomeCap)
 	pipe := db.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, len(keys))
@@ -186,17 +187,22 @@ func (db *DB) cutMerged(ctx context.Context, keys []string) (int64, error) {
 		cmds[i] = pipe.ZRangeWithScores(ctx, key, -capN, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var all []feedEntry
 	for _, c := range cmds {
 		all = append(all, feedEntries(c.Val())...)
 	}
 	all = mergeEntries(all, true, int(capN))
-	if int64(len(all)) < capN {
-		return 0, nil
+	if len(all) == 0 {
+		return 0, 0, nil
 	}
-	return all[len(all)-1].seq, nil
+	// Short of the cap, each key had fewer than HomeCap entries, all read.
+	oldest = all[len(all)-1].seq
+	if int64(len(all)) < capN {
+		return 0, oldest, nil
+	}
+	return oldest, oldest, nil
 }
 
 // mergeEntries sorts entries by seq (newest first if rev), drops repeats of

@@ -250,11 +250,19 @@ func TestHubPulledLive(t *testing.T) {
 		t.Fatalf("event = %s %v, want POST_REMOVED of %s", ev.Kind, ev.PostID, p1.ID)
 	}
 
-	// A resume from before the first post replays the pulled one too.
-	after := warble.PostCursor(first.Seq - 1)
+	p3 := mustCreatePost(t, db, celeb, "pulled again")
+	wantAdded(t, nextEvent(t, events), p3)
+
+	// A resume replays pulled posts with pushed ones, in order; one from
+	// before the oldest entry starts with a RESYNC.
+	after := warble.PostCursor(first.Seq)
 	replay := mustSubscribe(t, h, feed, &after)
-	wantAdded(t, nextEvent(t, replay), first)
 	wantAdded(t, nextEvent(t, replay), p2)
+	wantAdded(t, nextEvent(t, replay), p3)
+	after = warble.PostCursor(first.Seq - 1)
+	if ev := nextEvent(t, mustSubscribe(t, h, feed, &after)); ev.Kind != warble.Resync {
+		t.Fatalf("resume from before the oldest entry: first event %s, want RESYNC", ev.Kind)
+	}
 
 	// rising crosses the threshold with this post: its fan-out is
 	// skipped, and the open subscription still gets it.

@@ -44,14 +44,6 @@ func feedKeys(feed warble.Feed) (key, channel string, ok bool) {
 // may point below what it still holds.
 func feedCapped(feed warble.Feed) bool { return feed.Kind != warble.FeedUser }
 
-// feedCap is how many entries a capped feed keeps.
-func (db *DB) feedCap(feed warble.Feed) int {
-	if feed.Kind == warble.FeedGlobal {
-		return db.opts.GlobalCap
-	}
-	return db.opts.HomeCap
-}
-
 // FindTimeline implements warble.PostService. A page costs a constant number
 // of round trips whatever its size: one range read, one pipelined fetch of
 // the posts and one of their authors.
