@@ -91,22 +91,28 @@ const (
 // enqueueFanOut appends a fan-out job for a post to the stream, then takes
 // it out of its author's outbox.
 func (db *DB) enqueueFanOut(ctx context.Context, op, postID string) error {
-	authorID, seq, ok := splitPostID(postID)
-	if !ok {
-		return fmt.Errorf("fan-out job for malformed post id %q", postID)
-	}
-	err := db.client.XAdd(ctx, &redis.XAddArgs{
-		Stream: fanoutStreamKey,
-		Values: []any{"op", op, "author", authorID, "seq", seq, "post", postID},
-	}).Err()
-	if err != nil {
+	if err := db.queueJob(ctx, op, postID); err != nil {
 		return err
 	}
+	authorID, _, _ := splitPostID(postID)
 	if err := db.client.ZRem(ctx, outboxKey(authorID), outboxEntry(op, postID)).Err(); err != nil {
 		// Queued already: a sweep will queue it again, harmlessly.
 		db.log.WarnContext(ctx, "clear fan-out outbox", "post", postID, "err", err)
 	}
 	return nil
+}
+
+// queueJob appends a fan-out job for a post to the stream. Its caller takes
+// the job out of the author's outbox afterwards, and only then.
+func (db *DB) queueJob(ctx context.Context, op, postID string) error {
+	authorID, seq, ok := splitPostID(postID)
+	if !ok {
+		return fmt.Errorf("fan-out job for malformed post id %q", postID)
+	}
+	return db.client.XAdd(ctx, &redis.XAddArgs{
+		Stream: fanoutStreamKey,
+		Values: []any{"op", op, "author", authorID, "seq", seq, "post", postID},
+	}).Err()
 }
 
 // outboxEntry is the outbox member of a job.

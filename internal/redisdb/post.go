@@ -202,17 +202,23 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// that hangs up now.
 	ctx = context.WithoutCancel(ctx)
 	if s.db.opts.AsyncFanOut {
-		if err := s.db.enqueueFanOut(ctx, opDeliver, id); err != nil {
+		if err := s.db.queueJob(ctx, opDeliver, id); err != nil {
 			return nil, fmt.Errorf("create post by %s: enqueue fan-out of %s: %w", authorID, id, err)
 		}
 	}
-	_, err = s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
-		pipe.ZRemRangeByRank(ctx, globalKey, 0, -int64(s.db.opts.GlobalCap+1))
-		pipe.Publish(ctx, globalChannel, added)
-		return nil
+	// One round trip for the rest: the global timeline, the job out of the
+	// outbox (it is queued), and the author for the answer.
+	var global *redis.Cmd
+	var author func() []*warble.User
+	err = runScripts(ctx, s.db.client, globalAddScript, func(pipe redis.Pipeliner) {
+		global = globalAddScript.EvalSha(ctx, pipe, []string{globalKey},
+			seqText, id, s.db.opts.GlobalCap, globalChannel, added)
+		if s.db.opts.AsyncFanOut {
+			pipe.ZRem(ctx, outboxKey(authorID), job)
+		}
+		author = queueUsers(ctx, pipe, []string{authorID})
 	})
-	if err != nil {
+	if err := global.Err(); err != nil {
 		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", err)
 	}
 	if !s.db.opts.AsyncFanOut {
@@ -222,11 +228,33 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	}
 
 	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
-	if p.Author, err = s.db.findUser(ctx, authorID); err != nil && warble.ErrorCode(err) != warble.ENOTFOUND {
+	if err == nil {
+		p.Author = author()[0]
+	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil && warble.ErrorCode(err) != warble.ENOTFOUND {
+		// Something in the pipeline failed (an outbox entry left behind
+		// is swept); the author is read on its own.
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
 	return p, nil
 }
+
+// globalAddScript adds a post to the global timeline, trims the timeline
+// to its cap and announces the post.
+//
+// KEYS[1] -> w:global
+// ARGV[1] -> post seq
+// ARGV[2] -> post id
+// ARGV[3] -> the global timeline's cap
+// ARGV[4] -> the global channel
+// ARGV[5] -> the added message
+//
+// Returns 1.
+var globalAddScript = redis.NewScript(`
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[3]) + 1))
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+`)
 
 // fanOut delivers a post to the home timelines of its author's followers,
 // batch followers per round trip, starting at from and calling save with
