@@ -24,11 +24,23 @@ func TestGETServesQueriesOnly(t *testing.T) {
 		t.Fatalf("query over GET: status %d, errors %+v", r.Status, r.Errors)
 	}
 	r := get(`mutation { signup(input: {username: "viaget", password: "password1"}) { token } }`)
-	if r.Status == http.StatusOK || len(r.Errors) == 0 {
-		t.Fatalf("mutation over GET: status %d, want a refusal", r.Status)
+	if r.Status != http.StatusNotAcceptable || r.code() != "BAD_USER_INPUT" {
+		t.Fatalf("mutation over GET: status %d, code %q, want a refusal with BAD_USER_INPUT", r.Status, r.code())
 	}
 	if n := s.redis.Client(t).DBSize(context.Background()).Val(); n != 0 {
 		t.Fatalf("a refused GET mutation wrote %d keys", n)
+	}
+	// Refusals that gqlgen's GET transport would write without a code.
+	for _, vars := range []string{"variables=%5B%5D", "variables=x", "extensions=1"} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape(`{ __typename }`)+"&"+vars, nil)
+		if r := s.send(t, req); r.Status != http.StatusBadRequest || r.code() != "BAD_USER_INPUT" {
+			t.Errorf("GET with %s: status %d, code %q, want 400 BAD_USER_INPUT", vars, r.Status, r.code())
+		}
+	}
+	op := url.QueryEscape(`query A { __typename } mutation B { logout }`)
+	req, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?query="+op+"&operationName=A", nil)
+	if r := s.send(t, req); r.Status != http.StatusOK || len(r.Errors) > 0 {
+		t.Errorf("GET of the query in a document with a mutation: status %d, errors %+v", r.Status, r.Errors)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -170,6 +171,15 @@ func TestWebsocketOriginCheck(t *testing.T) {
 		}
 		if !ok && (err == nil || resp == nil || resp.StatusCode != http.StatusForbidden) {
 			t.Errorf("origin %s: err %v, want a 403 refusal", origin, err)
+		}
+		if !ok && resp != nil {
+			var body struct {
+				Errors []gqlError
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Errors) != 1 ||
+				body.Errors[0].Extensions["code"] != "FORBIDDEN" {
+				t.Errorf("origin %s: refusal %+v (%v), want one FORBIDDEN error", origin, body, err)
+			}
 		}
 	}
 }

@@ -296,10 +296,11 @@ var beforeResolvers = map[string]bool{
 	"GRAPHQL_PARSE_FAILED": true, "GRAPHQL_VALIDATION_FAILED": true, "COMPLEXITY_LIMIT_EXCEEDED": true,
 }
 
-// codelessRefusals are the refusals that gqlgen's transports write
-// themselves, with no extensions.code and past Warble's error presenter.
-// KNOWN ISSUE (reported): api.md wants a code on every error; these
-// refusals of gqlgen's GET transport, which it writes itself, have none.
+// codelessRefusals are the refusals that gqlgen's GET transport writes
+// itself, with no extensions.code and past Warble's error presenter.
+// Warble answers these cases first, with a code (see graph/refuseGET); one
+// path is left to gqlgen: a GET whose persisted query (sent by hash
+// alone) turns out to be a mutation.
 var codelessRefusals = map[string]int{
 	"variables could not be decoded":           http.StatusBadRequest,
 	"extensions could not be decoded":          http.StatusBadRequest,

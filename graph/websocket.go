@@ -68,18 +68,22 @@ func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
 			return
 		}
 		// The refusals below are GraphQL errors in JSON.
-		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case !websocket.IsWebSocketUpgrade(r) || r.Method != http.MethodGet:
-			transport.SendErrorf(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.")
+			sendCoded(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.", CodeBadUserInput)
 		case !g.checkOrigin(r):
-			transport.SendErrorf(w, http.StatusForbidden, "Websockets from this origin are not allowed.")
+			sendCoded(w, http.StatusForbidden, "Websockets from this origin are not allowed.", CodeForbidden)
 		default:
 			if err := g.allow(r); err != nil {
 				var werr *warble.Error
 				errors.As(err, &werr)
-				w.Header().Set("Retry-After", strconv.Itoa(int(werr.RetryAfter/time.Second)))
-				transport.SendErrorf(w, http.StatusTooManyRequests, "%s", werr.Message)
+				retry := int(werr.RetryAfter / time.Second)
+				w.Header().Set("Retry-After", strconv.Itoa(retry))
+				w.Header().Set("Content-Type", "application/json")
+				transport.SendError(w, http.StatusTooManyRequests, &gqlerror.Error{
+					Message:    werr.Message,
+					Extensions: map[string]any{"code": CodeRateLimited, "retryAfter": retry},
+				})
 				return
 			}
 			// A slot for a close code other than gqlgen's own, which
