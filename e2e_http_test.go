@@ -170,9 +170,12 @@ func TestPlaygroundAndProductionMode(t *testing.T) {
 	if r := dev.query(t, "", `{ __schema { queryType { name } } }`, nil); len(r.Errors) > 0 {
 		t.Fatalf("introspection in development: %+v", r.Errors)
 	}
+	if r := dev.query(t, "", `{ globalTimelin { edges { cursor } } }`, nil); len(r.Errors) == 0 || !strings.Contains(r.Errors[0].Message, "Did you mean") {
+		t.Fatalf("development validation error %+v: want a suggestion", r.Errors)
+	}
 
 	prod := newTestServer(t, func(c *config) {
-		c.Env, c.Playground, c.Introspection = "production", false, false
+		c.Env, c.Playground, c.Introspection, c.Suggestions = "production", false, false, false
 	})
 	resp, err = http.Get(prod.URL + "/playground")
 	if err != nil {
@@ -199,8 +202,13 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Playground || cfg.Introspection || cfg.Addr != ":9999" || len(cfg.CORSOrigins) != 2 {
+	if cfg.Playground || cfg.Introspection || cfg.Suggestions || cfg.Addr != ":9999" || len(cfg.CORSOrigins) != 2 {
 		t.Fatalf("config = %+v", cfg)
+	}
+	if cfg, err := parseConfig(nil, func(k string) string {
+		return map[string]string{"WARBLE_ENV": "production", "WARBLE_SUGGESTIONS": "true"}[k]
+	}); err != nil || !cfg.Suggestions || cfg.Introspection {
+		t.Fatalf("production with WARBLE_SUGGESTIONS=true: %+v, %v", cfg, err)
 	}
 	if _, err := parseConfig([]string{"-playground=true"}, func(k string) string {
 		return map[string]string{"WARBLE_ENV": "production"}[k]

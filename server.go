@@ -54,6 +54,7 @@ type config struct {
 	Env           string // development or production
 	Playground    bool
 	Introspection bool
+	Suggestions   bool // "Did you mean …?" in validation errors
 	HomeCap       int
 	GlobalCap     int
 	MaxFollowing  int
@@ -90,6 +91,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	env := fs.String("env", envOr("WARBLE_ENV", "development"), "development or production (env WARBLE_ENV)")
 	playgroundFlag := fs.String("playground", getenv("WARBLE_PLAYGROUND"), "serve /playground: true or false; default on except in production (env WARBLE_PLAYGROUND)")
 	introspection := fs.String("introspection", getenv("WARBLE_INTROSPECTION"), "allow introspection: true or false; default on except in production (env WARBLE_INTROSPECTION)")
+	suggestions := fs.String("suggestions", getenv("WARBLE_SUGGESTIONS"), `"Did you mean …?" in validation errors, which name fields the query did not: true or false; default on except in production (env WARBLE_SUGGESTIONS)`)
 	homeCap := fs.String("home-cap", envOr("HOME_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultHomeCap)), "entries kept per home timeline (env HOME_TIMELINE_CAP)")
 	globalCap := fs.String("global-cap", envOr("GLOBAL_TIMELINE_CAP", strconv.Itoa(redisdb.DefaultGlobalCap)), "entries kept in the global timeline (env GLOBAL_TIMELINE_CAP)")
 	maxFollowing := fs.String("max-following", envOr("MAX_FOLLOWING", "2000"), "how many users one user may follow (env MAX_FOLLOWING)")
@@ -141,6 +143,9 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	var err error
 	dev := cfg.Env == "development"
 	if cfg.Playground, err = parseBool("WARBLE_PLAYGROUND", *playgroundFlag, dev); err != nil {
+		return cfg, err
+	}
+	if cfg.Suggestions, err = parseBool("WARBLE_SUGGESTIONS", *suggestions, dev); err != nil {
 		return cfg, err
 	}
 	if cfg.Introspection, err = parseBool("WARBLE_INTROSPECTION", *introspection, dev); err != nil {
@@ -446,7 +451,7 @@ func newApp(cfg config, client redis.UniversalClient, log *slog.Logger) *app {
 		Sessions:       hub,
 		AllowedOrigins: cfg.CORSOrigins,
 		Introspection:  cfg.Introspection,
-		Suggestions:    cfg.Env != "production",
+		Suggestions:    cfg.Suggestions,
 		Logger:         log,
 		WriteTimeout:   cfg.WriteTimeout,
 		AllowWebsocket: allowWebsocket,
