@@ -254,7 +254,7 @@ func BenchmarkCreatePost(b *testing.B) {
 // BenchmarkFanOut measures a worker's fan-out of one post to 50,000
 // followers, in deliveries per second.
 func BenchmarkFanOut(b *testing.B) {
-	db := newTestDB(b, Options{AsyncFanOut: true})
+	db := newTestDB(b, Options{AsyncFanOut: true, PullThreshold: -1}) // push, however many followers
 	ada := mustSignup(b, db, "ada")
 	const n = 50000
 	manyFollowers(b, db, ada.ID, n)

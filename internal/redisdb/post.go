@@ -103,9 +103,12 @@ end
 if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
 end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[4]) + 1))
-if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-	return 0
+local cap = tonumber(ARGV[4])
+if redis.call('ZCARD', KEYS[1]) > cap then
+	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
+	if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+		return 0
+	end
 end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
