@@ -57,15 +57,17 @@ import (
 // Deletes go through the same stream. A delete can race a create job still
 // walking the followers, and the timelines must end without the post. The
 // delete job starts after deletePostScript removed the post's hash (time D)
-// and takes the post off every follower's timeline at some time U > D. The
-// create job checks that the hash still exists after each batch it
-// delivered, and when a resumed job starts: for a follower delivered at time
-// T, either that check ran after T and saw the hash (so T < D < U and the
-// delete job removes the post after it was added), or it saw the hash gone
-// and the create job takes the post back off the whole batch itself and
-// stops, or the worker died before checking, in which case the job's saved
-// cursor still points at that batch and whoever resumes it checks and
-// undoes the batch. So the post ends in no timeline, whatever the order.
+// and takes the post off every follower's timeline at some time U > D.
+// Each batch of a create job checks that the hash still exists, in the same
+// pipeline after its deliveries; a resumed job checks it before it starts.
+// For a follower delivered at time T, either that batch's check ran after
+// T and saw the hash (so T < D < U and the delete job removes the post after
+// it was added), or it saw the hash gone and the create job takes the post
+// back off that batch itself and stops, or the worker died before it
+// learnt the answer, in which case the job's saved cursor still points at
+// that batch or the one before it (two batches are in flight at a time, see
+// fanOut) and whoever resumes the job checks and undoes both. So the post
+// ends in no timeline, whatever the order.
 //
 // Each atomic step stays in one hash slot: the stream, its group and the
 // cursors share the {fanout} tag; deliveries are scripts on one follower's

@@ -265,30 +265,36 @@ return 1
 // idempotent: running it again for the same post neither duplicates the
 // post nor announces it twice.
 //
-// It stops, and takes the post back off the batch it just delivered, once
-// the post's hash is gone: a delete raced this fan-out, and its own job may
-// already have passed these followers. It checks that after each batch and
-// before the first, since a worker that died between a batch and its check
-// left the cursor at that batch. The doc comment at the top of fanout.go has
-// the whole argument.
+// Two batches are in flight at a time, so that Redis works through one
+// while this process reads the followers of the next and writes its
+// commands. The position saved after a batch is where the next one starts,
+// so a resumed job repeats at most the batches that were in flight.
+//
+// It stops, and takes the post back off the batches it delivered, once the
+// post's hash is gone: a delete raced this fan-out, and its own job may
+// already have passed these followers. Each batch checks that in the same
+// pipeline, after its deliveries, and a job checks it before its first
+// batch, since a worker that died between a batch and its check left the
+// cursor at that batch (or at the one before it). The doc comment at the
+// top of fanout.go has the whole argument.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
-	gone := func() (bool, error) {
-		n, err := db.client.Exists(ctx, postKey(authorID, seqText)).Result()
-		if err != nil {
-			return false, fmt.Errorf("check post %s: %w", postID, err)
-		}
-		return n == 0, nil
-	}
 	undo := func(followers []string) error {
 		return db.undeliver(ctx, followers, seq, postID)
 	}
-	if g, err := gone(); err != nil {
-		return err
-	} else if g {
-		followers, _, _, err := db.followerChunk(ctx, authorID, from, batch)
+	if n, err := db.client.Exists(ctx, postKey(authorID, seqText)).Result(); err != nil {
+		return fmt.Errorf("check post %s: %w", postID, err)
+	} else if n == 0 {
+		// Undo the batches that may have been in flight when the job
+		// stopped: the one at the cursor and the one after it.
+		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
+		if err == nil && !last {
+			var more []string
+			more, _, _, err = db.followerChunk(ctx, authorID, next, batch)
+			followers = append(followers, more...)
+		}
 		if err != nil {
 			return err
 		}
@@ -301,41 +307,97 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			return err
 		}
 	}
+
+	// deliver runs one batch: the deliveries, then whether the post still
+	// exists, in one pipeline.
+	type result struct {
+		delivered int
+		gone      bool
+		err       error
+	}
+	type inFlight struct {
+		followers []string
+		next      followerCursor
+		last      bool
+		done      chan result
+	}
+	deliver := func(followers []string, next followerCursor, last bool) *inFlight {
+		b := &inFlight{followers: followers, next: next, last: last, done: make(chan result, 1)}
+		go func() {
+			cmds := make([]*redis.Cmd, 0, len(followers))
+			var exists *redis.IntCmd
+			cutoff := db.inactiveCutoff()
+			err := runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+				cmds = cmds[:0]
+				for _, f := range followers {
+					cmds = append(cmds, deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
+						seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
+				}
+				exists = pipe.Exists(ctx, postKey(authorID, seqText))
+			})
+			if err != nil {
+				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
+				return
+			}
+			n := 0
+			for _, c := range cmds {
+				if v, _ := c.Int64(); v == 1 {
+					n++
+				}
+			}
+			b.done <- result{delivered: n, gone: exists.Val() == 0}
+		}()
+		return b
+	}
+
 	start := time.Now()
 	var walked, delivered, batches int
+	followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
+	if err != nil {
+		return err
+	}
+	cur := deliver(followers, next, last)
 	for {
-		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
-		if err != nil {
+		var pending *inFlight
+		if !cur.last {
+			followers, next, last, err := db.followerChunk(ctx, authorID, cur.next, batch)
+			if err != nil {
+				<-cur.done
+				return err
+			}
+			pending = deliver(followers, next, last)
+		}
+		r := <-cur.done
+		// Whatever happens to cur, pending finishes before this returns:
+		// no delivery of this job lands after it.
+		finish := func(err error) error {
+			if pending == nil {
+				return err
+			}
+			p := <-pending.done
+			if p.gone && err == nil {
+				err = undo(pending.followers)
+			}
 			return err
 		}
-		cmds := make([]*redis.Cmd, 0, len(followers))
-		cutoff := db.inactiveCutoff()
-		err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
-			cmds = cmds[:0]
-			for _, f := range followers {
-				cmds = append(cmds, deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
-					seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
+		if r.err != nil {
+			return finish(r.err)
+		}
+		if db.opts.Delivered != nil && r.delivered > 0 {
+			db.opts.Delivered(r.delivered)
+		}
+		walked, delivered, batches = walked+len(cur.followers), delivered+r.delivered, batches+1
+		if r.gone {
+			err := undo(cur.followers)
+			if pending != nil {
+				<-pending.done
+				if err == nil {
+					err = undo(pending.followers)
+				}
 			}
-		})
-		if err != nil {
-			return fmt.Errorf("deliver post %s: %w", postID, err)
-		}
-		n := 0
-		for _, c := range cmds {
-			if v, _ := c.Int64(); v == 1 {
-				n++
-			}
-		}
-		if db.opts.Delivered != nil && n > 0 {
-			db.opts.Delivered(n)
-		}
-		walked, delivered, batches = walked+len(followers), delivered+n, batches+1
-		if g, err := gone(); err != nil {
 			return err
-		} else if g {
-			return undo(followers)
 		}
-		if last {
+		if cur.last {
 			if batches > 1 {
 				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", walked,
 					"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
@@ -346,10 +408,10 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", walked,
 				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
-		if err := save(next); err != nil {
-			return err
+		if err := save(cur.next); err != nil {
+			return finish(err)
 		}
-		from = next
+		cur = pending
 	}
 }
 
