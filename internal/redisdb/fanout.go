@@ -65,9 +65,10 @@ import (
 // it was added), or it saw the hash gone and the create job takes the post
 // back off that batch itself and stops, or the worker died before it
 // learnt the answer, in which case the job's saved cursor still points at
-// that batch or the one before it (two batches are in flight at a time, see
-// fanOut) and whoever resumes the job checks and undoes both. So the post
-// ends in no timeline, whatever the order.
+// that batch or one of the fanOutDepth-1 before it (that many batches are
+// in flight at a time, see fanOut) and whoever resumes the job checks and
+// undoes fanOutDepth batches from the cursor on. So the post ends in no
+// timeline, whatever the order.
 //
 // Each atomic step stays in one hash slot: the stream, its group and the
 // cursors share the {fanout} tag; deliveries are scripts on one follower's

@@ -83,14 +83,14 @@ func TestFanOutRacingDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The create fan-out delivers one batch of 100 (and the next is in
+	// The create fan-out delivers one batch of 100 (and the next are in
 	// flight); then the post is deleted and the delete job runs to its
 	// end; then the create fan-out goes on.
 	batches := 0
 	err = db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, func(followerCursor) error {
 		if batches++; batches == 1 {
-			if got := holding(t, db, followers, p.ID); got < 100 || got > 200 {
-				t.Fatalf("after the first batch %d followers hold the post, want 100 to 200", got)
+			if got := holding(t, db, followers, p.ID); got < 100 {
+				t.Fatalf("after the first batch %d followers hold the post, want at least 100", got)
 			}
 			if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
 				t.Fatal(err)

@@ -265,8 +265,8 @@ return 1
 // idempotent: running it again for the same post neither duplicates the
 // post nor announces it twice.
 //
-// Two batches are in flight at a time, so that Redis works through one
-// while this process reads the followers of the next and writes its
+// fanOutDepth batches are in flight at a time, so that Redis works through
+// one while this process reads the followers of the next and writes its
 // commands. The position saved after a batch is where the next one starts,
 // so a resumed job repeats at most the batches that were in flight.
 //
@@ -275,7 +275,7 @@ return 1
 // already have passed these followers. Each batch checks that in the same
 // pipeline, after its deliveries, and a job checks it before its first
 // batch, since a worker that died between a batch and its check left the
-// cursor at that batch (or at the one before it). The doc comment at the
+// cursor at most fanOutDepth-1 batches before it. The doc comment at the
 // top of fanout.go has the whole argument.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
@@ -288,17 +288,19 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		return fmt.Errorf("check post %s: %w", postID, err)
 	} else if n == 0 {
 		// Undo the batches that may have been in flight when the job
-		// stopped: the one at the cursor and the one after it.
-		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
-		if err == nil && !last {
-			var more []string
-			more, _, _, err = db.followerChunk(ctx, authorID, next, batch)
-			followers = append(followers, more...)
+		// stopped: fanOutDepth of them from the cursor on.
+		pos := from
+		for range fanOutDepth {
+			followers, next, last, err := db.followerChunk(ctx, authorID, pos, batch)
+			if err != nil {
+				return err
+			}
+			if err := undo(followers); err != nil || last {
+				return err
+			}
+			pos = next
 		}
-		if err != nil {
-			return err
-		}
-		return undo(followers)
+		return nil
 	}
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
@@ -352,50 +354,40 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 
 	start := time.Now()
 	var walked, delivered, batches int
-	followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
-	if err != nil {
+	var queue []*inFlight // oldest first
+	pos, end := from, false
+	// settle waits for every batch still in flight and undoes those whose
+	// own check found the post gone, so that no delivery of this job lands
+	// after it returns, nor stays where it must not.
+	settle := func(err error) error {
+		for _, b := range queue {
+			if r := <-b.done; r.gone && r.err == nil && err == nil {
+				err = undo(b.followers)
+			}
+		}
 		return err
 	}
-	cur := deliver(followers, next, last)
 	for {
-		var pending *inFlight
-		if !cur.last {
-			followers, next, last, err := db.followerChunk(ctx, authorID, cur.next, batch)
+		for len(queue) < fanOutDepth && !end {
+			followers, next, last, err := db.followerChunk(ctx, authorID, pos, batch)
 			if err != nil {
-				<-cur.done
-				return err
+				return settle(err)
 			}
-			pending = deliver(followers, next, last)
+			queue = append(queue, deliver(followers, next, last))
+			pos, end = next, last
 		}
+		cur := queue[0]
+		queue = queue[1:]
 		r := <-cur.done
-		// Whatever happens to cur, pending finishes before this returns:
-		// no delivery of this job lands after it.
-		finish := func(err error) error {
-			if pending == nil {
-				return err
-			}
-			p := <-pending.done
-			if p.gone && err == nil {
-				err = undo(pending.followers)
-			}
-			return err
-		}
 		if r.err != nil {
-			return finish(r.err)
+			return settle(r.err)
 		}
 		if db.opts.Delivered != nil && r.delivered > 0 {
 			db.opts.Delivered(r.delivered)
 		}
 		walked, delivered, batches = walked+len(cur.followers), delivered+r.delivered, batches+1
 		if r.gone {
-			err := undo(cur.followers)
-			if pending != nil {
-				<-pending.done
-				if err == nil {
-					err = undo(pending.followers)
-				}
-			}
-			return err
+			return settle(undo(cur.followers))
 		}
 		if cur.last {
 			if batches > 1 {
@@ -409,11 +401,13 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err := save(cur.next); err != nil {
-			return finish(err)
+			return settle(err)
 		}
-		cur = pending
 	}
 }
+
+// fanOutDepth is how many batches of one fan-out are in flight at a time.
+const fanOutDepth = 3
 
 // progressEvery is how many batches a fan-out runs between progress logs.
 const progressEvery = 20
