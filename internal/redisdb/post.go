@@ -407,7 +407,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 }
 
 // fanOutDepth is how many batches of one fan-out are in flight at a time.
-const fanOutDepth = 3
+const fanOutDepth = 2
 
 // progressEvery is how many batches a fan-out runs between progress logs.
 const progressEvery = 20
