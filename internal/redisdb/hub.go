@@ -311,6 +311,13 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	if !ok {
 		return nil, warble.Errorf(warble.ENOTFOUND, "Timeline not found.")
 	}
+	if feed.Kind == warble.FeedHome {
+		// A returning reader's timeline is rebuilt before the subscription
+		// starts, so the subscription starts from the rebuilt timeline.
+		if err := h.db.Seen(ctx, feed.UserID); err != nil {
+			h.db.log.WarnContext(ctx, "record a live reader's visit", "feed", feed.String(), "err", err)
+		}
+	}
 	sub, err := h.register(feed, key, channel)
 	if err != nil {
 		return nil, err
@@ -829,10 +836,10 @@ func (ch *hubChannel) run() {
 	h := ch.hub
 	defer h.wg.Done()
 	// A user who watches their home timeline live is active, requests or
-	// not: fan-out must not skip them (see inactive.go).
+	// not: fan-out must not skip them (see inactive.go). SubscribeTimeline
+	// recorded the visit when the subscription began.
 	var seen <-chan time.Time
 	if ch.feed.Kind == warble.FeedHome && h.db.opts.InactiveAfter >= 0 {
-		ch.touch()
 		t := time.NewTicker(h.seenEvery)
 		defer t.Stop()
 		seen = t.C

@@ -30,7 +30,7 @@ func (c *testClock) Add(d time.Duration) {
 
 // TestInactiveFollowersSkipped: fan-out skips a follower not seen for a
 // week, and the follower's next sign-in rebuilds their home timeline with
-// what was skipped, announcing a RESYNC to their live timeline.
+// what was skipped, announcing a RESYNC on their home channel.
 func TestInactiveFollowersSkipped(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		t.Run(map[bool]string{false: "inline", true: "workers"}[async], func(t *testing.T) {
@@ -76,8 +76,13 @@ func TestInactiveFollowersSkipped(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			h := newTestHub(t, db)
-			events := mustSubscribe(t, h, warble.HomeFeed(away), nil)
+			// A listener on the home channel (another tab's hub, say) hears
+			// the rebuild as a RESYNC message.
+			ps := db.client.Subscribe(ctx, homeChannel(away))
+			t.Cleanup(func() { ps.Close() })
+			if _, err := ps.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := NewAuthService(db).Login(ctx, warble.LoginInput{Username: "away", Password: "password123"}); err != nil {
 				t.Fatal(err)
 			}
@@ -85,8 +90,13 @@ func TestInactiveFollowersSkipped(t *testing.T) {
 			if got := readTimeline(t, db, warble.HomeFeed(away), 10, nil); !slices.Equal(got, want) {
 				t.Fatalf("home after coming back = %v, want %v", got, want)
 			}
-			if ev := nextEvent(t, events); ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(missed[2].Seq) {
-				t.Fatalf("live event = %s %s, want RESYNC at the newest post", ev.Kind, ev.Cursor)
+			select {
+			case m := <-ps.Channel():
+				if m.Payload != encodeResync(missed[2].Seq) {
+					t.Fatalf("home channel got %q, want a RESYNC at the newest post", m.Payload)
+				}
+			case <-time.After(eventWait):
+				t.Fatal("no RESYNC on the home channel")
 			}
 			// Back among the active: the next post is pushed.
 			next := post("welcome back")
@@ -148,5 +158,25 @@ func TestLiveReaderStaysActive(t *testing.T) {
 	wantAdded(t, nextEvent(t, events), p)
 	if holding(t, db, []string{watcher}, p.ID) != 1 {
 		t.Fatal("fan-out skipped a user watching live")
+	}
+}
+
+// TestSubscribingRebuilds: a returning user whose first act is to open a
+// live home timeline gets it rebuilt before the subscription starts.
+func TestSubscribingRebuilds(t *testing.T) {
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db := newTestDB(t, Options{Now: clock.Now, InactiveAfter: 7 * 24 * time.Hour})
+	h := newTestHub(t, db)
+	author := mustSignup(t, db, "author").ID
+	away := mustSignup(t, db, "away").ID
+	mustFollow(t, db, away, author)
+	clock.Add(8 * 24 * time.Hour)
+	p := mustCreatePost(t, db, author, "while you were away")
+	if holding(t, db, []string{away}, p.ID) != 0 {
+		t.Fatal("fan-out delivered to an inactive follower")
+	}
+	mustSubscribe(t, h, warble.HomeFeed(away), nil)
+	if holding(t, db, []string{away}, p.ID) != 1 {
+		t.Fatal("subscribing did not rebuild the home timeline")
 	}
 }

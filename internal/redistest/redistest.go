@@ -170,7 +170,14 @@ func (s *Server) Options() *redis.Options {
 		opts, _ := redis.ParseURL(s.URL)
 		return opts
 	}
-	return &redis.Options{Network: s.Network, Addr: s.Addr}
+	opts := &redis.Options{Network: s.Network, Addr: s.Addr}
+	if s.mini != nil {
+		// The embedded Redis runs each Lua script in a fresh interpreter,
+		// far slower than redis-server: a pipeline of a thousand script
+		// calls can take longer than go-redis's default 3s read timeout.
+		opts.ReadTimeout = 30 * time.Second
+	}
+	return opts
 }
 
 // Client returns a new client of the server, closed when tb ends. It
