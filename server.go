@@ -321,7 +321,10 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		log.Warn("REDIS_URL is not set: using an embedded in-memory Redis. Data lives in memory only and is gone when Warble stops.")
-		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr()}))
+		// Its Lua runs in a fresh interpreter per call, far slower than
+		// redis-server's: a fan-out pipeline of a thousand calls may
+		// outlast the usual 3s read timeout.
+		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr(), ReadTimeout: 30 * time.Second}))
 		return client, func() { client.Close(); m.Close() }, nil
 	}
 	opts, err := redis.ParseURL(url)
