@@ -221,8 +221,12 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		}
 		author = queueUsers(ctx, pipe, []string{authorID})
 	})
-	if err := global.Err(); err != nil {
-		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", err)
+	gerr := err // loading the script may have failed before anything was queued
+	if global != nil {
+		gerr = global.Err()
+	}
+	if gerr != nil {
+		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", gerr)
 	}
 	if !s.db.opts.AsyncFanOut {
 		if err := s.db.fanOut(ctx, authorID, seq, id, startCursor, fanOutChunk, noSave); err != nil {

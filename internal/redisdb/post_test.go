@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
@@ -286,5 +287,45 @@ func TestFanOutManyFollowers(t *testing.T) {
 	}
 	if left != 0 {
 		t.Errorf("%d followers still hold the deleted post", left)
+	}
+}
+
+// failScriptLoad is a go-redis hook that fails SCRIPT LOAD.
+type failScriptLoad struct{}
+
+func (failScriptLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (failScriptLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "script" {
+			cmd.SetErr(errors.New("script load failed (test)"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (failScriptLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestCreatePostWhenGlobalScriptFails: when the script that adds a post to
+// the global timeline cannot be loaded, the post is still created and
+// answered with its author; only the global timeline misses it.
+func TestCreatePostWhenGlobalScriptFails(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	db.client.AddHook(failScriptLoad{})
+	scriptLoads.Delete(globalAddScript)
+	t.Cleanup(func() { scriptLoads.Delete(globalAddScript) })
+	p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "still here")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Author == nil || p.Author.ID != ada.ID {
+		t.Fatalf("post author = %+v, want ada", p.Author)
+	}
+	if got := zsetIDs(t, db, postsKey(ada.ID)); len(got) != 1 || got[0] != p.ID {
+		t.Fatalf("ada's posts = %v", got)
 	}
 }
