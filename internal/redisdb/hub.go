@@ -657,18 +657,16 @@ func (h *Hub) popPending(channel string, subscribe bool) (*hubChannel, bool) {
 // is in the replay or comes live, or both (then the live one is dropped).
 func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*warble.TimelineEvent, error) {
 	ch := sub.ch
-	var sources []string
-	if ch.feed.Kind == warble.FeedHome {
-		var err error
-		if sources, err = h.db.homeSources(ctx, ch.feed.UserID); err != nil {
-			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
-		}
-	}
+	home := ch.feed.Kind == warble.FeedHome
 	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(afterSeq), Stop: "+inf", ByScore: true, Count: replayLimit + 1}
 	pipe := h.db.client.Pipeline()
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
 	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
+	var pulledCmd *redis.StringSliceCmd
+	if home {
+		pulledCmd = pipe.SMembers(ctx, pullAuthorsKey) // see pull.go
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 	}
@@ -678,26 +676,24 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	}
 	oldest := oldestCmd.Val()
 	entries := feedEntries(entriesCmd.Val())
-	if len(sources) > 0 {
-		// One more round trip for the merged timeline.
-		var err error
-		if entries, err = h.db.rangeMerged(ctx, ch.feed.UserID, sources, args); err != nil {
-			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
-		}
-		pulled, err := h.db.newestPulled(ctx, sources)
-		if err != nil {
-			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
-		}
-		newest = max(newest, pulled)
-	}
 	cut := feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
-	if len(sources) > 0 {
-		// The oldest entry of the merged timeline.
-		_, first, err := h.db.cutMerged(ctx, mergedKeys(ch.feed.UserID, sources))
+	if home && len(pulledCmd.Val()) > 0 {
+		sources, err := h.db.pulledFollowed(ctx, ch.feed.UserID, pulledCmd.Val())
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 		}
-		cut = first > 0 && afterSeq < first
+		if len(sources) > 0 {
+			// The merged timeline's entries, and its oldest and newest.
+			if entries, err = h.db.rangeMerged(ctx, ch.feed.UserID, sources, args); err != nil {
+				return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+			}
+			_, first, last, err := h.db.cutMerged(ctx, mergedKeys(ch.feed.UserID, sources))
+			if err != nil {
+				return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+			}
+			cut = first > 0 && afterSeq < first
+			newest = max(newest, last)
+		}
 	}
 	if cut || len(entries) > replayLimit {
 		// The timeline no longer holds everything after the cursor, or

@@ -93,7 +93,8 @@ func (db *DB) pulledFollowed(ctx context.Context, userID string, pulled []string
 }
 
 // homeSources returns the pulled authors that userID follows: two round
-// trips, or one when no author is pulled.
+// trips, or one when no author is pulled. Reads that have a pipeline to
+// send anyway queue the SMEMBERS there and call pulledFollowed.
 func (db *DB) homeSources(ctx context.Context, userID string) ([]string, error) {
 	pulled, err := db.client.SMembers(ctx, pullAuthorsKey).Result()
 	if err != nil {
@@ -153,7 +154,7 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	}
 	merged = mergeEntries(merged, args.Rev, int(args.Count))
 	if args.Rev && deep+int64(len(merged)) > capN {
-		cut, _, err := db.cutMerged(ctx, keys)
+		cut, _, _, err := db.cutMerged(ctx, keys)
 		if err != nil {
 			return nil, err
 		}
@@ -177,9 +178,9 @@ func mergedKeys(userID string, sources []string) []string {
 }
 
 // cutMerged returns the seq of the HomeCap-th newest entry of the union
-// of keys (0 if the union holds fewer), and the oldest seq the merged
-// timeline holds (0 if none): each key's newest HomeCap, merged.
-func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest int64, err error) {
+// of keys (0 if the union holds fewer), and the oldest and newest seqs the
+// merged timeline holds (0 if none): each key's newest HomeCap, merged.
+func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest, newest int64, err error) {
 	capN := int64(db.opts.HomeCap)
 	pipe := db.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, len(keys))
@@ -187,7 +188,7 @@ func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest int64, 
 		cmds[i] = pipe.ZRangeWithScores(ctx, key, -capN, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var all []feedEntry
 	for _, c := range cmds {
@@ -195,14 +196,14 @@ func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest int64, 
 	}
 	all = mergeEntries(all, true, int(capN))
 	if len(all) == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	// Short of the cap, each key had fewer than HomeCap entries, all read.
-	oldest = all[len(all)-1].seq
+	oldest, newest = all[len(all)-1].seq, all[0].seq
 	if int64(len(all)) < capN {
-		return 0, oldest, nil
+		return 0, oldest, newest, nil
 	}
-	return oldest, oldest, nil
+	return oldest, oldest, newest, nil
 }
 
 // mergeEntries sorts entries by seq (newest first if rev), drops repeats of
