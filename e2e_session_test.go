@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -106,4 +107,71 @@ func TestExpiredSessionEndsItsWebsocket(t *testing.T) {
 	close(stop)
 	<-used
 	waitClosed(t, busyWS, "busy session's websocket after it rested")
+}
+
+// connectWithHeader opens a websocket whose token travels in the
+// handshake's Authorization header, as non-browser clients may send it, and
+// an empty connection_init payload.
+func (s *testServer) connectWithHeader(t *testing.T, proto, token string) *wsClient {
+	t.Helper()
+	c, _, err := s.dialWS(t, proto, http.Header{"Authorization": {"Bearer " + token}})
+	if err != nil {
+		t.Fatalf("dial %s: %v", proto, err)
+	}
+	c.init("")
+	if m := c.next(); m.Type != "connection_ack" {
+		t.Fatalf("after connection_init got %+v, want connection_ack", m)
+	}
+	return c
+}
+
+// TestHeaderAuthenticatedWebsocketEndsWithItsSession: a websocket that
+// authenticated with the handshake's Authorization header is watched like
+// one that sent its token in connection_init: logout, logoutEverywhere and
+// expiry each close it with 4403.
+func TestHeaderAuthenticatedWebsocketEndsWithItsSession(t *testing.T) {
+	ends := map[string]func(s *testServer, u testUser){
+		"logout": func(s *testServer, u testUser) {
+			s.mustQuery(t, u.Token, `mutation { logout }`, nil, new(any))
+		},
+		"logoutEverywhere": func(s *testServer, u testUser) {
+			s.mustQuery(t, u.Token, `mutation { logoutEverywhere }`, nil, new(any))
+		},
+		"expiry": func(*testServer, testUser) {}, // the session rests until it expires
+	}
+	for _, proto := range protocols {
+		for name, end := range ends {
+			t.Run(proto+"/"+name, func(t *testing.T) {
+				ttl := time.Hour
+				if name == "expiry" {
+					ttl = 3 * time.Second
+				}
+				s := newTestServer(t, func(c *config) { c.SessionTTL = ttl })
+				u := s.signup(t, "header")
+				after := s.syncCursor(t, u)
+				c := s.connectWithHeader(t, proto, u.Token)
+				c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+				if name != "expiry" {
+					s.post(t, u, "seen live")
+					if ev := c.nextEvent("home"); ev.Post == nil || ev.Post.Body != "seen live" {
+						t.Fatalf("header-authenticated subscription got %+v, want the post", ev)
+					}
+				}
+				end(s, u)
+				waitClosed(t, c, "header-authenticated websocket after "+name)
+			})
+		}
+	}
+}
+
+// TestBadHeaderTokenClosesWebsocketWith4403: a bad token in the handshake's
+// header is refused as one in connection_init is.
+func TestBadHeaderTokenClosesWebsocketWith4403(t *testing.T) {
+	s := newTestServer(t)
+	c, _, err := s.dialWS(t, protoTransportWS, http.Header{"Authorization": {"Bearer not-a-real-token"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.init("")
+	waitClosed(t, c, "websocket with a bad header token")
 }

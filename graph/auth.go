@@ -23,17 +23,29 @@ type SessionWatcher interface {
 	WatchSession(ctx context.Context, tokenHash string) (context.Context, context.CancelFunc)
 }
 
-type authErrorKey struct{}
+type (
+	authErrorKey     struct{}
+	upgradeHeaderKey struct{}
+)
 
 // AuthMiddleware reads the bearer token of HTTP requests and puts its user
 // and session in the request context. A request without Authorization is
 // anonymous; one with a bad or revoked token fails as UNAUTHENTICATED
 // instead of running signed out (see authInterceptor).
+//
+// A websocket handshake is not authenticated here: its Authorization header
+// is kept for websocketInit, which authenticates every websocket the same
+// way, whichever way its token came, so that each one is closed when its
+// session is revoked or expires.
 func AuthMiddleware(auth warble.AuthService, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		header := r.Header.Get("Authorization")
 		if header == "" {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Upgrade") != "" {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upgradeHeaderKey{}, header)))
 			return
 		}
 		ctx, err := authenticate(r.Context(), auth, header)
@@ -72,13 +84,15 @@ func authInterceptor(present graphql.ErrorPresenterFunc) graphql.OperationMiddle
 }
 
 // websocketInit authenticates a websocket from its connection_init payload
-// ({"Authorization": "Bearer <token>"}, key matched ignoring case). Without
-// one the connection is anonymous. A bad token closes it with 4403. The
-// returned context ends, closing the connection and its subscriptions, when
-// the session is revoked.
+// ({"Authorization": "Bearer <token>"}, key matched ignoring case), or, for
+// clients that can set headers on the handshake (browsers cannot), from the
+// handshake's Authorization header; the payload wins when both are there.
+// Without either the connection is anonymous. A bad token closes it with
+// 4403. The returned context ends, closing the connection and its
+// subscriptions, when the session is revoked or expires.
 func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-		var header string
+		header, _ := ctx.Value(upgradeHeaderKey{}).(string)
 		for k, v := range payload {
 			if s, ok := v.(string); ok && strings.EqualFold(k, "Authorization") {
 				header = s
