@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"strings"
+
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/validator/core"
 	"github.com/vektah/gqlparser/v2/validator/rules"
@@ -11,13 +13,38 @@ import (
 // user { followers { edges { node { posts { edges { node { author { username } } } } } } } }.
 const MaxDepth = 12
 
-// validationRules are GraphQL's own rules plus the depth limit. Complexity
-// bounds how much an operation reads; depth also bounds how long the
-// recursive work of validating and planning it takes.
-func validationRules() *rules.Rules {
-	r := rules.NewDefaultRules()
-	r.AddRule(maxDepthRule.Name, maxDepthRule.RuleFunc)
-	return r
+// quietRules are the versions of GraphQL's rules that name no field, type,
+// argument or value the query did not ask for. Each replaces the rule of
+// its name less "WithoutSuggestions" when suggestions are off.
+var quietRules = []core.Rule{
+	rules.FieldsOnCorrectTypeRuleWithoutSuggestions,
+	rules.KnownArgumentNamesRuleWithoutSuggestions,
+	rules.KnownTypeNamesRuleWithoutSuggestions,
+	rules.ScalarLeafsRuleWithoutSuggestions,
+	rules.ValuesOfCorrectTypeRuleWithoutSuggestions,
+}
+
+// validationRules returns the rule set each document is validated with:
+// GraphQL's own rules, without "Did you mean …?" unless suggestions is set,
+// plus the depth limit, and a rule that refuses introspection unless
+// introspection is set. Complexity bounds how much an operation reads;
+// depth also bounds how long the recursive work of validating and planning
+// it takes.
+func validationRules(suggestions, introspection bool) func() *rules.Rules {
+	return func() *rules.Rules {
+		r := rules.NewDefaultRules()
+		if !suggestions {
+			for _, q := range quietRules {
+				r.RemoveRule(strings.TrimSuffix(q.Name, "WithoutSuggestions"))
+				r.AddRule(q.Name, q.RuleFunc)
+			}
+		}
+		r.AddRule(maxDepthRule.Name, maxDepthRule.RuleFunc)
+		if !introspection {
+			r.AddRule(noIntrospectionRule.Name, noIntrospectionRule.RuleFunc)
+		}
+		return r
+	}
 }
 
 var maxDepthRule = core.Rule{
@@ -29,6 +56,22 @@ var maxDepthRule = core.Rule{
 					core.Message("The operation nests fields %d levels deep; at most %d are allowed.", d, MaxDepth),
 					core.At(op.Position),
 				)
+			}
+		})
+	},
+}
+
+// noIntrospectionRule refuses the introspection fields __schema and __type
+// (__typename stays: clients such as Apollo ask for it on every object). It
+// makes a refused introspection query a validation error with its own
+// sentence, where gqlgen would fail the field at run time as an internal
+// error.
+var noIntrospectionRule = core.Rule{
+	Name: "NoIntrospection",
+	RuleFunc: func(observers *core.Events, addError core.AddErrFunc) {
+		observers.OnField(func(_ *core.Walker, field *ast.Field) {
+			if field.Name == "__schema" || field.Name == "__type" {
+				addError(core.Message("Introspection is disabled on this server."), core.At(field.Position))
 			}
 		})
 	},

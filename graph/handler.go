@@ -90,7 +90,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
-	srv.SetValidationRulesFn(validationRules)
+	srv.SetValidationRulesFn(validationRules(cfg.Suggestions, cfg.Introspection))
 	srv.SetDisableSuggestion(!cfg.Suggestions)
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
