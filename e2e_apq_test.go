@@ -83,3 +83,32 @@ func TestAutomaticPersistedQueries(t *testing.T) {
 		t.Fatalf("a malformed hash: %+v, want PERSISTED_QUERY_NOT_FOUND", r.Errors)
 	}
 }
+
+// TestPersistedMutationOverGETIsRefusedWithACode: a mutation stored as a
+// persisted query (over POST, where mutations belong) and then sent over
+// GET by its hash alone is refused as one spelled out in query= is: 406
+// with BAD_USER_INPUT, and nothing written.
+func TestPersistedMutationOverGETIsRefusedWithACode(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "apqget")
+	const mutation = `mutation { createPost(input: {body: "over GET"}) { post { id } } }`
+	sum := sha256.Sum256([]byte(mutation))
+	ext := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(sum[:])}}
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{"query": mutation, "extensions": ext}))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+u.Token)
+	if r := s.send(t, req); len(r.Errors) > 0 {
+		t.Fatalf("storing the mutation over POST: %+v", r.Errors)
+	}
+	before := s.home(t, u, 10).bodies()
+
+	extJSON, _ := json.Marshal(ext)
+	get, _ := http.NewRequest(http.MethodGet, s.URL+"/graphql?extensions="+url.QueryEscape(string(extJSON)), nil)
+	get.Header.Set("Authorization", "Bearer "+u.Token)
+	if r := s.send(t, get); r.Status != http.StatusNotAcceptable || r.code() != "BAD_USER_INPUT" {
+		t.Fatalf("the mutation's hash over GET: status %d, errors %+v, want 406 with BAD_USER_INPUT", r.Status, r.Errors)
+	}
+	if after := s.home(t, u, 10).bodies(); len(after) != len(before) {
+		t.Fatalf("the refused GET posted: home %q, before %q", after, before)
+	}
+}

@@ -85,7 +85,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		},
 	})
 	srv.AddTransport(transport.Options{})
-	srv.AddTransport(transport.GET{})
+	srv.AddTransport(getTransport{})
 	srv.AddTransport(transport.POST{})
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
