@@ -142,12 +142,12 @@ func TestFanOutResumedAfterDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+	err = runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for _, f := range second {
 			deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
 				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID), 0)
 		}
-	})
+	}, deliverScript)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,15 +335,32 @@ func TestOutboxSweep(t *testing.T) {
 		t.Fatal("the queued job was not done")
 	}
 
+	// The job cannot be queued, nor the post added to the global
+	// timeline (a string where the timeline should be makes Redis refuse
+	// it): the post and its job are recorded, so CreatePost answers
+	// success, and the job, once swept, does both.
 	hook.on.Store(true)
-	if _, err := posts.CreatePost(ctx, ada.ID, "its job is lost"); err == nil {
-		t.Fatal("CreatePost succeeded without queueing its fan-out")
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lostPost, err := posts.CreatePost(ctx, ada.ID, "its job is lost")
+	if err != nil {
+		t.Fatalf("CreatePost answered %v for a post it stored with its job", err)
 	}
 	hook.on.Store(false)
-	lost := zsetIDs(t, db, postsKey(ada.ID))[1]
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost := lostPost.ID
+	if got := zsetIDs(t, db, postsKey(ada.ID)); len(got) != 2 || got[1] != lost {
+		t.Fatalf("ada's posts = %v, want the second to be %s", got, lost)
+	}
 	drainFanOut(t, db)
 	if holding(t, db, followers, lost) != 0 {
 		t.Fatal("a post whose job was not queued reached followers")
+	}
+	if n := db.client.ZCard(ctx, globalKey).Val(); n != 0 {
+		t.Fatalf("the global timeline holds %d posts before the sweep", n)
 	}
 	sweep := func(cutoff time.Time) int {
 		t.Helper()
@@ -362,6 +379,9 @@ func TestOutboxSweep(t *testing.T) {
 	drainFanOut(t, db)
 	if holding(t, db, followers, lost) != 3 {
 		t.Fatal("the swept job did not deliver the post")
+	}
+	if _, err := db.client.ZScore(ctx, globalKey, lost).Result(); err != nil {
+		t.Fatalf("the swept job did not put the post on the global timeline: %v", err)
 	}
 
 	hook.on.Store(true)
@@ -383,6 +403,46 @@ func TestOutboxSweep(t *testing.T) {
 	if n := db.client.Exists(ctx, outboxKey(ada.ID)).Val(); n != 0 {
 		t.Fatal("the outbox is not empty after the sweeps")
 	}
+	if _, err := db.client.ZScore(ctx, globalKey, lost).Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("the global timeline still holds the deleted post (%v)", err)
+	}
+}
+
+// TestCreateJobAfterItsDeleteLeavesNoTrace: a post's create job that runs
+// only after its delete (both were left in the outbox, and the sweep queued
+// the delete's first) puts the post on the global timeline and takes it
+// off again, and delivers it to nobody.
+func TestCreateJobAfterItsDeleteLeavesNoTrace(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	hook := &failXAdd{}
+	db.client.AddHook(hook)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	posts := NewPostService(db)
+	hook.on.Store(true)
+	p, err := posts.CreatePost(ctx, ada.ID, "short-lived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := posts.DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	hook.on.Store(false)
+	if err := db.enqueueFanOut(ctx, opUndeliver, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if err := db.enqueueFanOut(ctx, opDeliver, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if n := holding(t, db, followers, p.ID); n != 0 {
+		t.Fatalf("%d followers hold a deleted post", n)
+	}
+	if n := db.client.ZCard(ctx, globalKey).Val(); n != 0 {
+		t.Fatalf("the global timeline holds %d entries, want none", n)
+	}
 }
 
 // TestWorkerSweepsOutboxes: a worker with Sweep queues, at its start, a job
@@ -396,8 +456,8 @@ func TestWorkerSweepsOutboxes(t *testing.T) {
 	ada := mustSignup(t, db, "ada")
 	followers := manyFollowers(t, db, ada.ID, 2)
 	hook.on.Store(true)
-	if _, err := NewPostService(db).CreatePost(ctx, ada.ID, "its job is lost"); err == nil {
-		t.Fatal("CreatePost succeeded without queueing its fan-out")
+	if _, err := NewPostService(db).CreatePost(ctx, ada.ID, "its job is lost"); err != nil {
+		t.Fatalf("CreatePost answered %v for a post it stored with its job", err)
 	}
 	hook.on.Store(false)
 	lost := zsetIDs(t, db, postsKey(ada.ID))[0]

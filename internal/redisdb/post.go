@@ -167,16 +167,18 @@ return 1
 `)
 
 // CreatePost implements warble.PostService. The author's own timelines get
-// the post at once. With Options.AsyncFanOut the followers' home timelines
-// get it from a fan-out worker (see fanout.go), through a job that
-// CreatePost enqueues before it answers, which is what makes the fan-out
-// survive any crash after the answer; if the enqueue fails, CreatePost
-// fails: the author has the post then, but answering success would promise
-// a delivery that will not come. Without AsyncFanOut, CreatePost delivers to
-// the followers itself before it answers, even if ctx is cancelled. Other
-// failures after the author's step, which no promise depends on, are logged
-// rather than returned, because the post exists by then and a client that
-// retried would write it twice.
+// the post at once, in the atomic step that stores it. With
+// Options.AsyncFanOut that step also records the post's fan-out job in the
+// author's outbox, and that record is the promise: once it is written,
+// CreatePost answers success, because the post will reach the global
+// timeline and every follower whatever fails afterwards. The job is then
+// queued for a fan-out worker (see fanout.go), and the post added to the
+// global timeline at once for a prompt read; a failure of either is logged,
+// and the job, queued by the outbox sweep if it was not, does both. An
+// error from CreatePost therefore means that the post was not stored (or,
+// for an error of the connection itself, that it may have been: Redis's
+// answer was lost). Without AsyncFanOut, CreatePost delivers to the global
+// timeline and the followers itself before it answers.
 func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
 	if !warble.ValidUserID(authorID) {
 		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
@@ -201,32 +203,35 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
 
-	// The author has the post; the rest must not be cut short by a client
-	// that hangs up now.
+	// The post and its job are recorded: from here on nothing fails the
+	// request, and nothing may be cut short by a client that hangs up.
 	ctx = context.WithoutCancel(ctx)
+	queued := false
 	if s.db.opts.AsyncFanOut {
 		if err := s.db.queueJob(ctx, opDeliver, id); err != nil {
-			return nil, fmt.Errorf("create post by %s: enqueue fan-out of %s: %w", authorID, id, err)
+			s.db.log.WarnContext(ctx, "queue fan-out job; the outbox sweep will", "post", id, "err", err)
+		} else {
+			queued = true
 		}
 	}
 	// One round trip for the rest: the global timeline, the job out of the
-	// outbox (it is queued), and the author for the answer.
+	// outbox (once it is queued), and the author for the answer.
 	var global *redis.Cmd
 	var author func() []*warble.User
-	err = runScripts(ctx, s.db.client, globalAddScript, func(pipe redis.Pipeliner) {
+	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 		global = globalAddScript.EvalSha(ctx, pipe, []string{globalKey},
 			seqText, id, s.db.opts.GlobalCap, globalChannel, added)
-		if s.db.opts.AsyncFanOut {
+		if queued {
 			pipe.ZRem(ctx, outboxKey(authorID), job)
 		}
 		author = queueUsers(ctx, pipe, []string{authorID})
-	})
+	}, globalAddScript)
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
 		gerr = global.Err()
 	}
 	if gerr != nil {
-		s.db.log.ErrorContext(ctx, "add post to global timeline", "post", id, "err", gerr)
+		s.db.log.WarnContext(ctx, "add post to global timeline; its fan-out job will", "post", id, "err", gerr)
 	}
 	if !s.db.opts.AsyncFanOut {
 		if err := s.db.fanOut(ctx, authorID, seq, id, startCursor, fanOutChunk, noSave); err != nil {
@@ -237,16 +242,18 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
 	if err == nil {
 		p.Author = author()[0]
-	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil && warble.ErrorCode(err) != warble.ENOTFOUND {
-		// Something in the pipeline failed (an outbox entry left behind
-		// is swept); the author is read on its own.
-		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
+	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
+		// The answer's author field reads the author again then.
+		s.db.log.WarnContext(ctx, "read the author of a new post", "post", id, "err", err)
 	}
 	return p, nil
 }
 
 // globalAddScript adds a post to the global timeline, trims the timeline
-// to its cap and announces the post.
+// to its cap and announces the post. Like deliverScript it is idempotent:
+// a post the timeline holds already, or one older than everything the
+// capped timeline keeps, is not announced again. CreatePost runs it for a
+// prompt read, and the post's fan-out job again, for the guarantee.
 //
 // KEYS[1] -> w:global
 // ARGV[1] -> post seq
@@ -255,10 +262,18 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 // ARGV[4] -> the global channel
 // ARGV[5] -> the added message
 //
-// Returns 1.
+// Returns 1 if the post was added, 0 otherwise.
 var globalAddScript = redis.NewScript(`
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[3]) + 1))
+if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+	return 0
+end
+local cap = tonumber(ARGV[3])
+if redis.call('ZCARD', KEYS[1]) > cap then
+	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
+	if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+		return 0
+	end
+end
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
@@ -288,9 +303,28 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	undo := func(followers []string) error {
 		return db.undeliver(ctx, followers, seq, postID)
 	}
-	if n, err := db.client.Exists(ctx, postKey(authorID, seqText)).Result(); err != nil {
-		return fmt.Errorf("check post %s: %w", postID, err)
-	} else if n == 0 {
+	// A job's first step puts the post on the global timeline (CreatePost
+	// did so for a prompt read, but only the job is a promise), and
+	// checks, after it, that the post still exists: the same argument as
+	// for the batches below then covers the global timeline too.
+	var exists *redis.IntCmd
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		if from == startCursor {
+			globalAddScript.EvalSha(ctx, pipe, []string{globalKey},
+				seqText, postID, db.opts.GlobalCap, globalChannel, added)
+		}
+		exists = pipe.Exists(ctx, postKey(authorID, seqText))
+	}, globalAddScript)
+	if err != nil {
+		return fmt.Errorf("list post %s: %w", postID, err)
+	} else if exists.Val() == 0 {
+		// A delete raced this job, whose global step may have run after
+		// the delete's.
+		if from == startCursor {
+			if err := db.unlistGlobal(ctx, seq, postID); err != nil {
+				return err
+			}
+		}
 		// Undo the batches that may have been in flight when the job
 		// stopped: fanOutDepth of them from the cursor on.
 		pos := from
@@ -333,14 +367,14 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			cmds := make([]*redis.Cmd, 0, len(followers))
 			var exists *redis.IntCmd
 			cutoff := db.inactiveCutoff()
-			err := runScripts(ctx, db.client, deliverScript, func(pipe redis.Pipeliner) {
+			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = cmds[:0]
 				for _, f := range followers {
 					cmds = append(cmds, deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
 						seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
 				}
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
-			})
+			}, deliverScript)
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 				return
@@ -421,6 +455,12 @@ const progressEvery = 20
 // the position after each batch but the last.
 func (db *DB) unFanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
+	if from == startCursor {
+		// DeletePost did so already, but only the job is a promise.
+		if err := db.unlistGlobal(ctx, seq, postID); err != nil {
+			return err
+		}
+	}
 	for {
 		followers, next, last, err := db.followerChunk(ctx, authorID, from, batch)
 		if err != nil {
@@ -446,13 +486,25 @@ func (db *DB) undeliver(ctx context.Context, followers []string, seq int64, post
 		return nil
 	}
 	removed := encodeRemoved(seq, postID)
-	err := runScripts(ctx, db.client, undeliverScript, func(pipe redis.Pipeliner) {
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for _, f := range followers {
 			undeliverScript.EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
 		}
-	})
+	}, undeliverScript)
 	if err != nil {
 		return fmt.Errorf("undeliver post %s: %w", postID, err)
+	}
+	return nil
+}
+
+// unlistGlobal takes a post off the global timeline, announcing the
+// removal if the timeline held it.
+func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error {
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		undeliverScript.EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, encodeRemoved(seq, postID))
+	}, undeliverScript)
+	if err != nil {
+		return fmt.Errorf("take post %s off the global timeline: %w", postID, err)
 	}
 	return nil
 }
@@ -500,24 +552,33 @@ func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCurs
 // pipelines can send EVALSHA without a failed first round trip.
 var scriptLoads sync.Map // *redis.Script -> struct{}
 
-// runScripts runs the commands fill queues, EVALSHAs of script, as one
-// pipeline. The script is loaded at its first use; when Redis answers
-// NOSCRIPT anyway (a SCRIPT FLUSH, a restart or a failover since), it is
-// loaded again and the whole pipeline runs once more, which is why the
-// scripts that runScripts runs must be idempotent.
-func runScripts(ctx context.Context, c redis.UniversalClient, script *redis.Script, fill func(redis.Pipeliner)) error {
-	if _, ok := scriptLoads.Load(script); !ok {
-		if err := script.Load(ctx, c).Err(); err != nil {
-			return err
+// runScripts runs the commands fill queues, EVALSHAs of scripts among
+// them, as one pipeline. Each script is loaded at its first use; when Redis
+// answers NOSCRIPT anyway (a SCRIPT FLUSH, a restart or a failover since),
+// the scripts are loaded again and the whole pipeline runs once more, which
+// is why every command that runScripts runs must be idempotent.
+func runScripts(ctx context.Context, c redis.UniversalClient, fill func(redis.Pipeliner), scripts ...*redis.Script) error {
+	load := func(force bool) error {
+		for _, script := range scripts {
+			if _, ok := scriptLoads.Load(script); ok && !force {
+				continue
+			}
+			if err := script.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+			scriptLoads.Store(script, struct{}{})
 		}
-		scriptLoads.Store(script, struct{}{})
+		return nil
+	}
+	if err := load(false); err != nil {
+		return err
 	}
 	for attempt := 0; ; attempt++ {
 		cmds, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			fill(pipe)
 			return nil
 		})
-		noScript := false
+		noScript := redis.HasErrorPrefix(err, "NOSCRIPT")
 		for _, cmd := range cmds {
 			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 				noScript = true
@@ -526,7 +587,7 @@ func runScripts(ctx context.Context, c redis.UniversalClient, script *redis.Scri
 		if !noScript || attempt > 0 {
 			return err
 		}
-		if err := script.Load(ctx, c).Err(); err != nil {
+		if err := load(true); err != nil {
 			return err
 		}
 	}
@@ -568,9 +629,7 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	}
 
 	ctx = context.WithoutCancel(ctx)
-	err = runScripts(ctx, s.db.client, undeliverScript, func(pipe redis.Pipeliner) {
-		undeliverScript.EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, removed)
-	})
+	err = s.db.unlistGlobal(ctx, seq, postID)
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from global timeline", "post", postID, "err", err)
 	}
