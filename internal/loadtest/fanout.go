@@ -44,18 +44,18 @@ type fanSample struct {
 // an otherwise idle server: from the createPost request, and from its
 // answer, until every follower's home timeline holds the post (polled from
 // Redis, so asynchronous fan-out counts in full); then, each time, one
-// pipeline of plain ZADDs to the same timelines (redisdb.RawFanOut).
-func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, authors []fanAuthor, o options) ([]fanResult, error) {
+// pipeline of plain ZADDs to the same timelines (rawDB.fanOut).
+func measureFanOut(ctx context.Context, db *redisdb.DB, rdb *rawDB, hc *http.Client, endpoint string, authors []fanAuthor, o options) ([]fanResult, error) {
 	var results []fanResult
 	for _, a := range authors {
-		w, err := db.WatchFanOut(ctx, a.id)
+		w, err := rdb.watchFanOut(ctx, a.id)
 		if err != nil {
 			return nil, err
 		}
-		res := fanResult{followers: w.Followers()}
+		res := fanResult{followers: len(w.followers)}
 		var samples []fanSample
 		for i := range o.runs {
-			s, why, err := fanOutOnce(ctx, db, hc, endpoint, a, w, i, o.fanoutTimeout)
+			s, why, err := fanOutOnce(ctx, db, rdb, hc, endpoint, a, w, i, o.fanoutTimeout)
 			if err != nil {
 				return nil, fmt.Errorf("author with %d followers: %w", a.followers, err)
 			}
@@ -95,7 +95,7 @@ func measureFanOut(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoin
 // follower's home timeline. If it does not, because the fan-out job left
 // the queue without delivering to everyone (the server pulls a's posts
 // instead) or in timeout, it returns why.
-func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, a fanAuthor, w *redisdb.FanOutWatch, i int, timeout time.Duration) (fanSample, string, error) {
+func fanOutOnce(ctx context.Context, db *redisdb.DB, rdb *rawDB, hc *http.Client, endpoint string, a fanAuthor, w *fanOutWatch, i int, timeout time.Duration) (fanSample, string, error) {
 	// Start on an idle server: nothing queued from before.
 	if _, err := waitDrained(ctx, db, 5*time.Minute); err != nil {
 		return fanSample{}, "", err
@@ -109,8 +109,8 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 		return fanSample{}, "", err
 	}
 	answered := time.Now()
-	w.Reset(out.CreatePost.Post.ID)
-	left, progressAt, queueAt := w.Followers(), answered, time.Time{}
+	w.reset(out.CreatePost.Post.ID)
+	left, progressAt, queueAt := len(w.followers), answered, time.Time{}
 	for {
 		// The queue is read before the timelines: if it was empty then
 		// and a follower still lacks the post, the job was done before
@@ -123,7 +123,7 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 			}
 			queued, queueAt = n, time.Now()
 		}
-		n, err := w.Poll(ctx)
+		n, err := w.poll(ctx)
 		if err != nil {
 			return fanSample{}, "", err
 		}
@@ -131,7 +131,7 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 		if n == 0 {
 			s := fanSample{answer: answered.Sub(start), after: now.Sub(answered), total: now.Sub(start)}
 			s.redisCPU, _ = cpu.busy(markCPU(ctx, db.Client()))
-			_, s.rawTook, err = db.RawFanOut(ctx, a.id, fmt.Sprintf("bench:%d", i))
+			_, s.rawTook, err = rdb.fanOut(ctx, a.id, fmt.Sprintf("bench:%d", i))
 			return s, "", err
 		}
 		if n < left {
@@ -139,11 +139,11 @@ func fanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint s
 		}
 		if queued == 0 && now.Sub(progressAt) >= time.Second {
 			return fanSample{}, fmt.Sprintf("not pushed: with no fan-out job left in the queue, %d of %d home timelines lacked the post; the server pulls this author's posts (FANOUT_PULL_THRESHOLD below %d?)",
-				n, w.Followers(), w.Followers()), nil
+				n, len(w.followers), len(w.followers)), nil
 		}
 		if now.Sub(answered) > timeout {
 			return fanSample{}, fmt.Sprintf("not delivered: %d of %d home timelines lacked the post %s after createPost answered (-fanout-timeout)",
-				n, w.Followers(), timeout), nil
+				n, len(w.followers), timeout), nil
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -166,6 +166,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db := redisdb.NewDB(client, redisdb.Options{BcryptCost: bcrypt.MinCost, MaxFollowing: o.maxFollow, Logger: quiet})
+	rdb := newRawDB(client)
 	rep := &report{opts: o}
 
 	start := time.Now()
@@ -177,10 +178,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		len(g.tokens), g.follows, g.maxFollowers, g.medianFollowers, g.posts, time.Since(start).Round(time.Millisecond))
 	if len(o.fanoutSizes) > 0 {
 		start = time.Now()
-		if rep.fanAuthors, err = seedFans(ctx, db, o.fanoutSizes); err != nil {
+		if rep.fanAuthors, err = seedFans(ctx, db, rdb, o.fanoutSizes); err != nil {
 			return fmt.Errorf("seed fan-out authors: %w", err)
 		}
-		fmt.Fprintf(out, "seeded %d more users straight into Redis (redisdb.RawSignups, RawFollows) and authors followed by the first %s of them, in %s\n",
+		fmt.Fprintf(out, "seeded %d more users straight into Redis (rawDB.signups, follows) and authors followed by the first %s of them, in %s\n",
 			slices.Max(o.fanoutSizes), joinInts(o.fanoutSizes), time.Since(start).Round(time.Millisecond))
 	}
 	writers := g.withFollowersAtMost(o.fewFollowers)
@@ -199,7 +200,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return post(ctx, hc, gql, "", `query T { __typename }`, nil)
 	}
 	raw := func(ctx context.Context, r *rand.Rand) error {
-		_, err := db.RawHomePage(ctx, g.ids[r.IntN(len(g.ids))], 20)
+		_, err := rdb.homePage(ctx, g.ids[r.IntN(len(g.ids))], 20)
 		return err
 	}
 	create := func(ctx context.Context, r *rand.Rand) error {
@@ -246,7 +247,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	rep.create, rep.createSingle = median(creates), median(singles)
 	rep.drain = medianOf(drains)
 
-	if rep.fan, err = measureFanOut(ctx, db, hc, gql, rep.fanAuthors, o); err != nil {
+	if rep.fan, err = measureFanOut(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}
 	rep.write(out)

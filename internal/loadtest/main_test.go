@@ -274,17 +274,18 @@ func startWarble(t *testing.T, workers int) (*redistest.Server, *redisdb.DB, str
 func TestFanOutNotPushed(t *testing.T) {
 	ctx := context.Background()
 	srv, db, url := startWarble(t, 0) // no workers: the test plays them
-	authors, err := seedFans(ctx, db, []int{3})
+	rdb := newRawDB(db.Client())
+	authors, err := seedFans(ctx, db, rdb, []int{3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := db.WatchFanOut(ctx, authors[0].id)
-	if err != nil || w.Followers() != 3 {
-		t.Fatalf("WatchFanOut: %v", err)
+	w, err := rdb.watchFanOut(ctx, authors[0].id)
+	if err != nil || len(w.followers) != 3 {
+		t.Fatalf("watchFanOut: %v", err)
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 
-	_, why, err := fanOutOnce(ctx, db, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond)
+	_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond)
 	if err != nil || !strings.HasPrefix(why, "not delivered: 3 of 3 ") {
 		t.Errorf("with no worker: %q, %v", why, err)
 	}
@@ -315,7 +316,7 @@ func TestFanOutNotPushed(t *testing.T) {
 			}
 		}
 	})
-	_, why, err = fanOutOnce(ctx, db, hc, url+"/graphql", authors[0], w, 1, time.Minute)
+	_, why, err = fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 1, time.Minute)
 	close(stop)
 	wg.Wait()
 	if err != nil || !strings.HasPrefix(why, "not pushed: ") {

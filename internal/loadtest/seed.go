@@ -116,12 +116,12 @@ type fanAuthor struct {
 // straight into Redis (bcrypt for a hundred thousand signups would take
 // minutes), and signs up one author per size ("fanout<size>") through the
 // service, for a session, followed by the first size of them.
-func seedFans(ctx context.Context, db *redisdb.DB, sizes []int) ([]fanAuthor, error) {
+func seedFans(ctx context.Context, db *redisdb.DB, rdb *rawDB, sizes []int) ([]fanAuthor, error) {
 	names := make([]string, slices.Max(sizes))
 	for i := range names {
 		names[i] = fmt.Sprintf("fan%d", i)
 	}
-	fans, err := db.RawSignups(ctx, names, "load test password")
+	fans, err := rdb.signups(ctx, names, "load test password")
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func seedFans(ctx context.Context, db *redisdb.DB, sizes []int) ([]fanAuthor, er
 		if err != nil {
 			return nil, err
 		}
-		if err := db.RawFollows(ctx, p.User.ID, fans[:n]); err != nil {
+		if err := rdb.follows(ctx, p.User.ID, fans[:n]); err != nil {
 			return nil, err
 		}
 		authors[i] = fanAuthor{followers: n, id: p.User.ID, token: p.Token}

@@ -1,4 +1,3 @@
-// Package redisdb implements Warble's domain services on Redis.
 package redisdb
 
 import (

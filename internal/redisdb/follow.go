@@ -675,12 +675,12 @@ func (s *FollowService) walkIntersection(ctx context.Context, walked, probed str
 		}
 		last := chunk[len(chunk)-1]
 		var scoresCmd, nextCmd *redis.Cmd
-		err := s.withScripts(ctx, func(pipe redis.Pipeliner) {
+		err := runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 			scoresCmd = zmscore(ctx, pipe, probed, members)
 			if len(chunk) == followChunk {
 				nextCmd = s.followPageCmd(ctx, pipe, walked, followPos{at: last.at, member: last.member, set: true}, followChunk)
 			}
-		})
+		}, followPageScript)
 		if err != nil {
 			return err
 		}
@@ -745,24 +745,6 @@ func (s *FollowService) countIntersection(ctx context.Context, a, b string) (int
 		chunk = next.Val()
 	}
 	return n, nil
-}
-
-// withScripts runs the commands fill queues as one pipeline. Scripts in a
-// pipeline go as EVALSHA, and a NOSCRIPT answer (after a SCRIPT FLUSH or on
-// a fresh server) cannot be retried command by command, so then the scripts
-// are loaded and the whole read is run again; it only reads.
-func (s *FollowService) withScripts(ctx context.Context, fill func(redis.Pipeliner)) error {
-	for attempt := 0; ; attempt++ {
-		pipe := s.db.client.Pipeline()
-		fill(pipe)
-		_, err := pipe.Exec(ctx)
-		if err == nil || attempt > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
-			return err
-		}
-		if err := followPageScript.Load(ctx, s.db.client).Err(); err != nil {
-			return err
-		}
-	}
 }
 
 // A common cursor is the position of an entry in the set an intersection

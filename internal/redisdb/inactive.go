@@ -10,20 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Inactive users.
-//
-// Most of a big account's followers are not reading. Fan-out skips a
-// follower who has not been seen (made an authenticated request) for
-// Options.InactiveAfter: deliverScript compares the follower's seenKey with
-// a cutoff, in the follower's slot with the rest of the delivery. When the
-// follower comes back, the request that sees them first finds them
-// inactive and rebuilds their home timeline from the people they follow
-// before it goes on (rebuildHome), so the read that follows is complete.
-//
-// A user with no seenKey (one from before Warble recorded it) counts as
-// active, so that turning this on needs no migration. Recording is cheap:
-// each process writes a user's seenKey at most once per seenEvery.
-
 // DefaultInactiveAfter is the default of Options.InactiveAfter.
 const DefaultInactiveAfter = 7 * 24 * time.Hour
 

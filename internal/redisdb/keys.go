@@ -1,5 +1,7 @@
 package redisdb
 
+import "github.com/warble/warble/internal/warble"
+
 // Redis key schema. Every key and channel Warble uses is built in this file,
 // so this file is the data layout; README.md has the same table and
 // testdata/layout.golden pins it.
@@ -100,3 +102,44 @@ func homeChannel(userID string) string { return prefix + "ch:home:" + userID }
 
 // userChannel carries the events of one user's own posts: w:ch:user:<id>.
 func userChannel(userID string) string { return prefix + "ch:user:" + userID }
+
+// Layout names keys of the data layout for programs outside this package
+// that read or write Redis directly: the load tool, which seeds large graphs
+// and measures Redis itself (internal/loadtest). They build no key by hand,
+// so a change of the layout reaches them, and a test there compares what
+// they write with what the services write.
+type Layout struct{}
+
+// Keys is the data layout, for programs outside this package.
+var Keys Layout
+
+// UserSeq is the counter of user ids.
+func (Layout) UserSeq() string { return userSeqKey }
+
+// NewestUsers is the capped set of the newest user ids.
+func (Layout) NewestUsers() string { return newestUsersKey }
+
+// User is a user's hash.
+func (Layout) User(userID string) string { return userKey(userID) }
+
+// Home is a user's home timeline.
+func (Layout) Home(userID string) string { return homeKey(userID) }
+
+// Posts is the set of a user's own posts.
+func (Layout) Posts(userID string) string { return postsKey(userID) }
+
+// Followers is the set of a user's followers.
+func (Layout) Followers(userID string) string { return followersKey(userID) }
+
+// Following is the set of the users a user follows.
+func (Layout) Following(userID string) string { return followingKey(userID) }
+
+// Seen holds when a user was last seen.
+func (Layout) Seen(userID string) string { return seenKey(userID) }
+
+// Post is a post's hash.
+func (Layout) Post(authorID, seq string) string { return postKey(authorID, seq) }
+
+// Username is the key of a username's claim; it lowercases the name as
+// Signup does.
+func (Layout) Username(name string) string { return usernameKey(warble.UsernameKey(name)) }

@@ -11,35 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Hybrid push/pull.
-//
-// Fan-out on write costs one write per follower, which for an account with
-// millions of followers is minutes of work per post. So a fan-out job for
-// an author with more than Options.PullThreshold followers delivers nothing:
-// it adds the author to pullAuthorsKey and stops. A home timeline is then
-// read as a k-way merge by seq of the pushed timeline and the posts sets of
-// the pulled authors its owner follows (usually none, and then a home page
-// costs what it did). Seqs are global, so the merge interleaves exactly as
-// pushing would have, cursors (a seq) mean the same in both, and a post
-// that was pushed and is also in its author's posts set (pushed before the
-// author crossed the threshold) is one entry, not two.
-//
-// What a pushed timeline would hold, the merge holds too: only posts of
-// authors the owner follows (unfollowing removes the author from the
-// merge, as it removes their pushed posts), and of those the newest
-// HomeCap, the cap of the whole (see rangeMerged). A deleted post leaves
-// its author's posts set in the delete's first atomic step, so it leaves
-// every merged timeline at once. One difference remains, after deletes
-// only: where a pushed timeline's cap cut an old post for good, a merged
-// one may show it again once newer posts are deleted.
-//
-// Crossing the threshold needs no migration. Upwards, the posts pushed
-// before stay pushed, and the merge dedupes them. Downwards, the author
-// stays in pullAuthorsKey for good, so the posts that were pulled stay
-// merged, and new posts are pushed as well. Live home subscriptions (see
-// Hub) listen to the user channels of the pulled authors their owner
-// follows, and hear of an author newly added through pullChannel.
-
 // pullInstead reports whether a post by authorID is to be pulled rather
 // than pushed, because the author has more followers than the threshold.
 // It then records the author in pullAuthorsKey first, so that reads merge

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/redisdb"
+	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
+)
+
+// dumpForRawSeed renders every key but the sessions with its type and
+// value, password hashes checked against "password123" and then blanked
+// (their salts differ), for comparing a raw seed with the services' writes.
+func dumpForRawSeed(tb testing.TB, c redis.UniversalClient) map[string]string {
+	tb.Helper()
+	ctx := context.Background()
+	all, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make(map[string]string)
+	for _, k := range all {
+		if strings.HasPrefix(k, "w:session:") || strings.HasSuffix(k, ":sessions") {
+			continue
+		}
+		typ := c.Type(ctx, k).Val()
+		var v any
+		switch typ {
+		case "string":
+			v = c.Get(ctx, k).Val()
+		case "hash":
+			h := c.HGetAll(ctx, k).Val()
+			if pw, ok := h["password"]; ok {
+				if bcrypt.CompareHashAndPassword([]byte(pw), []byte("password123")) != nil {
+					tb.Errorf("%s: password field is not a bcrypt hash of the password", k)
+				}
+				h["password"] = "<bcrypt>"
+			}
+			v = h
+		case "zset":
+			v = c.ZRangeWithScores(ctx, k, 0, -1).Val()
+		case "set":
+			m := c.SMembers(ctx, k).Val()
+			slices.Sort(m)
+			v = m
+		default:
+			v = "?"
+		}
+		if c.TTL(ctx, k).Val() > 0 {
+			typ += " (expires)"
+		}
+		out[k] = fmt.Sprintf("%s %v", typ, v)
+	}
+	return out
+}
+
+// newTestDB returns the services' DB on a fresh Redis, with the clock now.
+func newTestDB(t *testing.T, now func() time.Time, async bool) *redisdb.DB {
+	t.Helper()
+	return redisdb.NewDB(redistest.New(t).Client(t), redisdb.Options{BcryptCost: bcrypt.MinCost, Now: now, AsyncFanOut: async})
+}
+
+// TestRawSeedMatchesServices checks that rawDB's signups and follows leave
+// Redis exactly as Signup and Follow do (sessions aside), so that the load
+// tool's big raw-seeded graphs are graphs the server reads like its own.
+func TestRawSeedMatchesServices(t *testing.T) {
+	ctx := context.Background()
+	clock := func() time.Time { return time.UnixMilli(1_700_000_000_123) }
+
+	want := newTestDB(t, clock, false)
+	auth := redisdb.NewAuthService(want)
+	signup := func(name string) *warble.User {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: name, Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.User
+	}
+	ada, bob := signup("Ada"), signup("bob")
+	posts := redisdb.NewPostService(want)
+	if _, err := posts.CreatePost(ctx, ada.ID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisdb.NewFollowService(want).Follow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posts.CreatePost(ctx, ada.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+
+	got := newTestDB(t, clock, false)
+	raw := newRawDB(got.Client())
+	raw.now = clock
+	ids, err := raw.signups(ctx, []string{"Ada", "bob"}, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	posts = redisdb.NewPostService(got)
+	if _, err := posts.CreatePost(ctx, ids[0], "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.follows(ctx, ids[0], ids[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posts.CreatePost(ctx, ids[0], "again"); err != nil {
+		t.Fatal(err)
+	}
+
+	w, g := dumpForRawSeed(t, want.Client()), dumpForRawSeed(t, got.Client())
+	for _, k := range slices.Sorted(maps.Keys(w)) {
+		if g[k] != w[k] {
+			t.Errorf("%s: raw seed has %q, the services wrote %q", k, g[k], w[k])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(g)) {
+		if _, ok := w[k]; !ok {
+			t.Errorf("%s: raw seed wrote it (%q), the services did not", k, g[k])
+		}
+	}
+
+	// The raw users work through the services.
+	p, err := redisdb.NewAuthService(got).Login(ctx, warble.LoginInput{Username: "BOB", Password: "password123"})
+	if err != nil || p.User.ID != ids[1] || p.User.FollowingCount != 1 {
+		t.Errorf("login as a raw user: %+v, %v", p, err)
+	}
+	if _, err := raw.signups(ctx, []string{"ada"}, "password123"); err == nil {
+		t.Error("raw signups took a username that was taken")
+	}
+	if err := raw.follows(ctx, ids[0], []string{ids[0]}); err == nil {
+		t.Error("raw follows of oneself succeeded")
+	}
+	if err := raw.follows(ctx, "999", ids[:1]); err == nil {
+		t.Error("raw follows of no one succeeded")
+	}
+}
+
+// TestRawFollowsManyAndWatch seeds more followers than one pipeline holds
+// (with small pipelines: the embedded Redis is slow with many keys), then
+// watches a post reach them, by hand out of order and then through the
+// real asynchronous fan-out.
+func TestRawFollowsManyAndWatch(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, nil, true)
+	raw := newRawDB(db.Client())
+	raw.chunk = 50
+	p, err := redisdb.NewAuthService(db).Signup(ctx, warble.SignupInput{Username: "author", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	author := p.User
+	n := 2*watchChunk + 17
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("fan%d", i)
+	}
+	fans, err := raw.signups(ctx, names, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.follows(ctx, author.ID, fans); err != nil {
+		t.Fatal(err)
+	}
+	u, err := redisdb.NewUserService(db).FindUserByID(ctx, author.ID)
+	if err != nil || u.FollowersCount != n {
+		t.Fatalf("author after raw follows: %+v, %v", u, err)
+	}
+	c := db.Client()
+	scores := c.ZRangeWithScores(ctx, keys.Followers(author.ID), 0, -1).Val()
+	for i := 1; i < len(scores); i++ {
+		if scores[i].Score <= scores[i-1].Score {
+			t.Fatalf("follow times tie or go back at %d: %v, %v", i, scores[i-1], scores[i])
+		}
+	}
+	if s := c.ZScore(ctx, keys.Following(fans[5]), author.ID).Val(); s != scores[5].Score {
+		t.Errorf("following score %v, followers score %v", s, scores[5].Score)
+	}
+
+	w, err := raw.watchFanOut(ctx, author.ID)
+	if err != nil || len(w.followers) != n {
+		t.Fatalf("watchFanOut: %d followers, %v", len(w.followers), err)
+	}
+	w.reset("x:1")
+	poll := func(want int) {
+		t.Helper()
+		if left, err := w.poll(ctx); err != nil || left != want {
+			t.Fatalf("poll = %d, %v; want %d", left, err, want)
+		}
+	}
+	poll(n)
+	deliver := func(followers []string) {
+		pipe := c.Pipeline()
+		for _, f := range followers {
+			pipe.ZAdd(ctx, keys.Home(f), redis.Z{Score: 1, Member: "x:1"})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver(fans[:300])
+	deliver(fans[n-1:]) // out of walk order: seen only once the walk gets there
+	poll(n - 300)
+	deliver(fans[300 : n-1])
+	poll(0)
+
+	post, err := redisdb.NewPostService(db).CreatePost(ctx, author.ID, "to everyone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.reset(post.ID)
+	poll(n)
+	worker := redisdb.NewWorker(db, redisdb.WorkerOptions{})
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); worker.Run(wctx) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left, err := w.poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fan-out left %d followers without the post", left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+
+	got, took, err := raw.fanOut(ctx, author.ID, "bench:1")
+	if err != nil || got != n || took <= 0 {
+		t.Errorf("raw fanOut = %d, %v, %v", got, took, err)
+	}
+	if c := c.ZScore(ctx, keys.Home(fans[0]), "bench:1"); c.Err() != redis.Nil {
+		t.Errorf("raw fanOut left its member behind: %v", c.Err())
+	}
+}

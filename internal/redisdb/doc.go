@@ -1,0 +1,169 @@
+// Package redisdb implements Warble's domain services on Redis: users and
+// sessions, posts and the timelines they appear in, follows, live timelines,
+// and the fan-out workers that deliver posts to followers.
+//
+// A newcomer finds each concern in a file of its name: keys.go is the whole
+// data layout; post.go, user.go, auth.go and follow.go are the services;
+// timeline.go reads pages of timelines; delivery.go is the fan-out engine,
+// which queue.go feeds with jobs and worker.go runs; pull.go merges the
+// posts of accounts too big to fan out into home timelines; inactive.go
+// skips followers who are away; the hub*.go files are the live timelines.
+// scripts.go runs pipelines of Lua scripts. The design behind them follows.
+//
+// # Posts and timelines
+//
+// A post is a hash in its author's hash slot, and its id, "<author>:<seq>",
+// sits in sorted sets scored by its seq (from one INCR, so that every
+// timeline orders posts alike and a cursor is a seq): the author's posts and
+// home timeline, written in one atomic step with the post so that the author
+// reads their own write at once; the global timeline; and the followers'
+// home timelines, written by fan-out. Timelines hold ids only: a page is one
+// range read and one pipeline of the posts with their authors.
+//
+// # Reliable asynchronous fan-out
+//
+// With Options.AsyncFanOut, CreatePost and DeletePost do their author's own
+// step at once and leave the rest to a job: workers (Worker, in the server
+// process or in separate `warble worker` processes, any number) read jobs
+// from a Redis Stream through one consumer group and put the post on the
+// global timeline and on the home timelines of the author's followers (or
+// take it off them), a batch of followers per round trip.
+//
+// The guarantee: once CreatePost has answered, the post reaches the global
+// timeline and every follower (as of the walk) exactly once, even if any
+// process dies at any moment after that. The argument:
+//
+//   - The job is recorded in its author's outbox by createPostScript (and
+//     deletePostScript), in the same atomic step that stores the post, and
+//     CreatePost answers only after that step. Then XADD queues the job, and
+//     only once it is queued does the job leave the outbox. A job that a
+//     dying process (or a failed XADD) left in an outbox is queued by a
+//     worker's sweep (sweepOutboxes: one worker of each process, at start
+//     and then about once a minute). A job queued twice that way (a sweep
+//     racing a slow CreatePost) is done twice, which delivery makes
+//     harmless.
+//   - A queued job is in the stream until a worker acknowledges it, and a
+//     worker acknowledges a job only after its last batch, in the same
+//     MULTI that drops its progress cursor.
+//   - A worker that dies leaves its job pending in the group. Any other
+//     worker takes it over with XAUTOCLAIM once it has been idle for
+//     ClaimIdle; a live worker touches its job after every batch (XCLAIM to
+//     itself, with the cursor, in one script), so only stalled jobs go idle.
+//   - The job's cursor (follow time score and tie offset, as followerChunk
+//     walks) is saved after each batch, so a taken-over job resumes at the
+//     first batch that may not have been delivered whole, rather than at
+//     the start.
+//   - Redelivering that batch cannot duplicate anything: deliverScript adds
+//     by ZADD of the same member and score, and announces only when ZADD
+//     added, so a follower who has the post already gets neither a second
+//     entry nor a second POST_ADDED. The global timeline's step,
+//     globalAddScript, is idempotent the same way.
+//
+// Jobs are as durable as the Redis that holds them, like the posts
+// themselves.
+//
+// Deletes go through the same stream. A delete can race a create job still
+// walking the followers, and the timelines must end without the post. The
+// delete job starts after deletePostScript removed the post's hash (time D)
+// and takes the post off the global timeline and every follower's timeline
+// at some time U > D. A create job's first step adds the post to the global
+// timeline and then checks that the hash still exists; each of its batches
+// checks that too, in the same pipeline after its deliveries; a resumed job
+// checks it before it starts. For a timeline written at time T, either
+// that step's check ran after T and saw the hash (so T < D < U and the
+// delete job removes the post after it was added), or it saw the hash gone
+// and the create job takes the post back off itself and stops, or the
+// worker died before it learnt the answer, in which case the job's saved
+// cursor still points at that batch or one of the fanOutDepth-1 before it
+// (that many batches are in flight at a time, see fanOut) and whoever
+// resumes the job checks and undoes fanOutDepth batches from the cursor on
+// (and the global timeline, for a job that had not got past its start). So
+// the post ends in no timeline, whatever the order.
+//
+// Each atomic step stays in one hash slot: the stream, its group and the
+// cursors share the {fanout} tag; deliveries are scripts on one follower's
+// keys.
+//
+// # Hybrid push/pull
+//
+// Fan-out on write costs one write per follower, which for an account with
+// millions of followers is minutes of work per post. So a fan-out job for an
+// author with more than Options.PullThreshold followers delivers nothing to
+// followers: it adds the author to pullAuthorsKey and stops. A home timeline
+// is then read as a k-way merge by seq of the pushed timeline and the posts
+// sets of the pulled authors its owner follows (usually none, and then a
+// home page costs what it did). Seqs are global, so the merge interleaves
+// exactly as pushing would have, cursors (a seq) mean the same in both, and
+// a post that was pushed and is also in its author's posts set (pushed
+// before the author crossed the threshold) is one entry, not two.
+//
+// What a pushed timeline would hold, the merge holds too: only posts of
+// authors the owner follows (unfollowing removes the author from the merge,
+// as it removes their pushed posts), and of those the newest HomeCap, the
+// cap of the whole (see rangeMerged). A deleted post leaves its author's
+// posts set in the delete's first atomic step, so it leaves every merged
+// timeline at once. One difference remains, after deletes only: where a
+// pushed timeline's cap cut an old post for good, a merged one may show it
+// again once newer posts are deleted.
+//
+// Crossing the threshold needs no migration. Upwards, the posts pushed
+// before stay pushed, and the merge dedupes them. Downwards, the author
+// stays in pullAuthorsKey for good, so the posts that were pulled stay
+// merged, and new posts are pushed as well. Live home subscriptions (see
+// Hub) listen to the user channels of the pulled authors their owner
+// follows, and hear of an author newly added through pullChannel.
+//
+// # Inactive users
+//
+// Most of a big account's followers are not reading. Fan-out skips a
+// follower who has not been seen (made an authenticated request) for
+// Options.InactiveAfter: deliverScript compares the follower's seenKey with
+// a cutoff, in the follower's slot with the rest of the delivery. When the
+// follower comes back, the request that sees them first finds them inactive
+// and rebuilds their home timeline from the people they follow before it
+// goes on (rebuildHome), so the read that follows is complete.
+//
+// A user with no seenKey (one from before Warble recorded it) counts as
+// active, so that turning this on needs no migration. Recording is cheap:
+// each process writes a user's seenKey at most once per seenEvery.
+//
+// # Live timelines
+//
+// Hub implements warble.LiveService over one Redis pub/sub connection per
+// process, shared by every subscription.
+//
+// Each timeline channel with local listeners has one hubChannel
+// (hub_channels.go): a SUBSCRIBE when its first listener arrives, an
+// UNSUBSCRIBE when its last one leaves, and one goroutine that turns the
+// channel's messages into events. That goroutine keeps POST_ADDED events in
+// increasing cursor order for all of the channel's listeners at once: on an
+// "A seq" above the highest seq it has dispatched, it reads everything newer
+// from the timeline's sorted set, the truth, and dispatches that in order,
+// so posts that published out of order still arrive in order, and a post
+// that lands below what was already dispatched becomes a RESYNC rather than
+// an event out of order. When the goroutine starts (and after a reconnect)
+// it reads the newest seq and publishes a marker on the channel in one step;
+// messages that arrive before the marker announce posts that the read saw,
+// and are dropped.
+//
+// Each subscription (hub_subscribers.go) has a bounded queue and a goroutine
+// that feeds the channel its caller reads. Dispatch never blocks: a full
+// queue is replaced by a RESYNC. A subscription with after: subscribes
+// first, then replays from the sorted set, then drops live events at or
+// below the last replayed position: no gap, no duplicate.
+//
+// A home timeline also shows the posts of the pulled accounts its owner
+// follows, which are announced on those accounts' user channels, not on the
+// home channel. So a home channel's goroutine reads the merged timeline as
+// its truth, and routes: the hub subscribes to the user channels of those
+// accounts for it (once per process, however many home channels want one)
+// and hands it their messages too, which make it read the merged timeline as
+// its own do. Its routes are read again at each start, on each RESYNC
+// message (a follow or unfollow) and when an account is newly pulled
+// (pullChannel).
+//
+// The hub also ends the contexts of sessions that are revoked
+// (hub_sessions.go), and tells its own SUBSCRIBE confirmations from those of
+// go-redis reconnecting, after which every channel sends RESYNC
+// (hub_reconnect.go).
+package redisdb

@@ -1,0 +1,528 @@
+package redisdb
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/warble/warble/internal/warble"
+)
+
+// hubChannel is one subscribed timeline channel and its listeners.
+type hubChannel struct {
+	hub  *Hub
+	name string
+	feed warble.Feed
+	key  string // the sorted set of the feed
+
+	inbox    chan string   // message payloads, for run
+	overflow atomic.Bool   // set when inbox was full and a message was dropped
+	confirm  chan bool     // a subscription confirmation; true if after a reconnect
+	ready    chan struct{} // closed when the channel has started
+	failed   chan struct{} // closed, after err is set, when it could not start
+	err      error
+	failOnce sync.Once
+	quit     chan struct{} // closed when the last listener leaves
+
+	mu   sync.Mutex
+	subs map[*subscriber]struct{}
+
+	routed []string // a home channel's routes (see Hub.setRoutes); guarded by hub.mu
+
+	// Owned by run.
+	pulled      []string // a home channel's followed pulled accounts, as last read
+	started     bool
+	last        int64    // the highest seq dispatched, or known at the start
+	recent      *seqRing // seqs dispatched lately
+	startLast   int64    // the newest seq the last start read
+	startMarker string   // the marker the last start published
+	beforeMark  bool     // the last start's marker has not come back yet
+}
+
+// fail tells the subscriptions waiting for the channel to start that Redis
+// could not be reached, so that they return err instead of waiting.
+func (ch *hubChannel) fail(err error) {
+	ch.failOnce.Do(func() {
+		ch.err = err
+		close(ch.failed)
+	})
+}
+
+// post queues a message for run without waiting. When the queue is full
+// the message is dropped, and run sends a RESYNC once it catches up.
+func (ch *hubChannel) post(payload string) {
+	select {
+	case ch.inbox <- payload:
+	default:
+		ch.overflow.Store(true)
+	}
+}
+
+// signal tells run that the channel's subscription is confirmed.
+func (ch *hubChannel) signal(reconnected bool) {
+	select {
+	case ch.confirm <- reconnected:
+	default:
+		// One is queued; a RESYNC is sent anyway if either needs it.
+		if reconnected {
+			select {
+			case <-ch.confirm:
+			default:
+			}
+			ch.signal(true)
+		}
+	}
+}
+
+// run turns the channel's messages into events until the channel is
+// dropped or the hub closes.
+func (ch *hubChannel) run() {
+	h := ch.hub
+	defer h.wg.Done()
+	// A user who watches their home timeline live is active, requests or
+	// not: fan-out must not skip them (see inactive.go). SubscribeTimeline
+	// recorded the visit when the subscription began.
+	var seen <-chan time.Time
+	if ch.feed.Kind == warble.FeedHome && h.db.opts.InactiveAfter >= 0 {
+		t := time.NewTicker(h.seenEvery)
+		defer t.Stop()
+		seen = t.C
+	}
+	for {
+		select {
+		case <-ch.quit:
+			return
+		case <-h.done:
+			return
+		case <-seen:
+			ch.touch()
+		case reconnected := <-ch.confirm:
+			ch.start(reconnected && ch.started)
+		case payload := <-ch.inbox:
+			if !ch.started {
+				// The reader signals a confirmation before it posts the
+				// messages received after it, so a message that finds
+				// no confirmation here is one of an earlier
+				// subscription to the channel, dropped with it.
+				select {
+				case <-ch.confirm:
+					ch.start(false)
+				default:
+					continue
+				}
+			}
+			if ch.overflow.Swap(false) {
+				ch.start(true)
+				continue
+			}
+			switch payload {
+			case wakeMessage:
+				ch.pull()
+				continue
+			case refreshMessage:
+				if ch.refresh() {
+					// Posts of a newly pulled account may sit below what
+					// was dispatched: the listeners refetch.
+					ch.pull()
+					ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+				}
+				continue
+			}
+			if strings.HasPrefix(payload, markerPrefix) {
+				if payload == ch.startMarker {
+					ch.beforeMark = false
+				}
+				continue // a marker of an earlier start, or of another process
+			}
+			ev, ok := decodeEvent(payload)
+			if !ok {
+				h.db.log.Warn("malformed timeline message", "channel", ch.name, "message", payload)
+				continue
+			}
+			ch.handle(ev)
+		}
+	}
+}
+
+// start reads the newest seq of the timeline: live events begin after it.
+// The read publishes a marker on the channel in the same atomic step, so
+// the messages that come before the marker are exactly those published
+// before the read: their posts are at or below the newest seq read, and run
+// drops them, however late the connection delivers them. With resync,
+// messages may have been lost (a reconnect, a full inbox), and the
+// listeners get a RESYNC: their refetch comes after this read. Redis errors
+// are retried until the channel goes away; the first one of a channel that
+// has not started yet also fails the subscriptions waiting for it.
+//
+// A resync that finds the timeline's newest seq below the last one
+// dispatched means entries were taken away meanwhile: the newest post was
+// deleted, or Redis lost its data (it restarted without persistence, or
+// failed over to a replica that lagged behind), and the seqs it hands out
+// next may be ones dispatched before. The channel then forgets what it
+// dispatched, and its RESYNC tells subscriptions to do the same (see
+// subscriber.filter), so that the new posts arrive as POST_ADDED.
+func (ch *hubChannel) start(resync bool) {
+	h := ch.hub
+	// Messages dropped so far are covered by what this reads.
+	ch.overflow.Store(false)
+	marker := markerPrefix + h.id + ":" + strconv.FormatUint(h.markers.Add(1), 10)
+	for attempt := 0; ; attempt++ {
+		ch.refresh()
+		newest, err := startScript.Run(h.ctx, h.db.client, []string{ch.key}, ch.name, marker).Text()
+		var pulled int64
+		if err == nil {
+			pulled, err = h.db.newestPulled(h.ctx, ch.pulled)
+		}
+		if err == nil {
+			ch.startLast, _ = strconv.ParseInt(newest, 10, 64)
+			ch.startLast = max(ch.startLast, pulled)
+			ch.startMarker, ch.beforeMark = marker, true
+			break
+		}
+		h.db.log.Warn("read timeline for live events", "feed", ch.feed.String(), "err", err)
+		if !ch.started {
+			ch.fail(fmt.Errorf("start live %s: %w", ch.feed, err))
+		}
+		select {
+		case <-ch.quit:
+			return
+		case <-h.done:
+			return
+		case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second)):
+		}
+	}
+	reset := resync && ch.startLast < ch.last
+	if reset {
+		ch.last = ch.startLast
+		ch.recent = newSeqRing(recentSeqs)
+	}
+	ch.last = max(ch.last, ch.startLast)
+	if !ch.started {
+		ch.started = true
+		close(ch.ready)
+	}
+	if resync {
+		ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last, reset: reset})
+	}
+}
+
+// handle dispatches the events that one channel message stands for.
+func (ch *hubChannel) handle(ev channelEvent) {
+	switch ev.op {
+	case opAdded:
+		switch {
+		case ev.seq > ch.last:
+			ch.pull()
+		case ch.beforeMark && ev.seq <= ch.startLast:
+			// Published before the last start read the timeline.
+		case ch.recent.has(ev.seq):
+			// An earlier pull dispatched it already.
+		default:
+			// It landed below what was dispatched already: it cannot be
+			// delivered in order.
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+	case opRemoved:
+		id := ev.postID
+		ch.dispatch(&hubEvent{ev: &warble.TimelineEvent{
+			Kind: warble.PostRemoved, Cursor: warble.PostCursor(ev.seq), PostID: &id,
+		}, seq: ev.seq})
+	case opResync:
+		ch.refresh() // a follow or unfollow: the routes may change
+		ch.last = max(ch.last, ev.seq)
+		ch.dispatch(&hubEvent{ev: resyncEvent(ev.seq), seq: ev.seq})
+	}
+}
+
+// pull dispatches, oldest first, the posts of the timeline newer than the
+// last seq dispatched.
+func (ch *hubChannel) pull() {
+	h := ch.hub
+	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(ch.last), Stop: "+inf", ByScore: true, Count: pullLimit + 1}
+	var entries []feedEntry
+	var err error
+	if len(ch.pulled) > 0 {
+		entries, err = h.db.rangeMerged(h.ctx, ch.feed.UserID, ch.pulled, args)
+	} else {
+		entries, err = h.db.rangeFeed(h.ctx, args)
+	}
+	var posts []*warble.Post
+	if err == nil && len(entries) <= pullLimit {
+		posts, err = h.db.loadPosts(h.ctx, entries)
+	}
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.db.log.Warn("read new posts for live events", "feed", ch.feed.String(), "err", err)
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+		return
+	}
+	if len(entries) > pullLimit {
+		// Too many at once: the listeners refetch instead. Everything up
+		// to the newest entry counts as delivered by that.
+		ch.start(true)
+		return
+	}
+	for _, e := range entries {
+		ch.recent.add(e.seq)
+		ch.last = max(ch.last, e.seq)
+	}
+	for _, p := range posts {
+		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
+	}
+}
+
+// touch records that a home channel's owner was seen.
+func (ch *hubChannel) touch() {
+	h := ch.hub
+	if err := h.db.Seen(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
+		h.db.log.Warn("record a live reader's visit", "feed", ch.feed.String(), "err", err)
+	}
+}
+
+// refresh reads which pulled accounts a home channel's owner follows, and
+// routes their channels' messages to it. It reports whether they changed.
+// A Redis error keeps the old ones: the next start or refresh reads them.
+func (ch *hubChannel) refresh() bool {
+	if ch.feed.Kind != warble.FeedHome {
+		return false
+	}
+	h := ch.hub
+	sources, err := h.db.homeSources(h.ctx, ch.feed.UserID)
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.db.log.Warn("read pulled accounts for live events", "feed", ch.feed.String(), "err", err)
+		}
+		return false
+	}
+	changed := !slices.Equal(sources, ch.pulled)
+	ch.pulled = sources
+	h.setRoutes(ch, sources)
+	return changed
+}
+
+// dispatch queues an event for every listener of the channel.
+func (ch *hubChannel) dispatch(e *hubEvent) {
+	e.newest = ch.last
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for sub := range ch.subs {
+		sub.push(e)
+	}
+}
+
+// startScript reads the newest seq of a timeline and publishes a marker on
+// the timeline's channel in one atomic step, so that a listener can tell
+// the messages published before the read (which arrive before the marker)
+// from those published after it.
+//
+// KEYS[1] -> a timeline: w:global, w:u:{<id>}:home or w:u:{<id>}:posts
+// ARGV[1] -> the timeline's channel
+// ARGV[2] -> the marker message
+//
+// Returns the newest seq in the timeline, "0" if it is empty.
+var startScript = redis.NewScript(`
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return top[2] or '0'
+`)
+
+// markerPrefix begins the marker messages that a hub publishes on a
+// timeline channel when it starts listening to it (see hubChannel.start).
+// They are not events: every hub ignores the markers it did not publish,
+// and decodeEvent would reject them.
+const markerPrefix = "M "
+
+// Messages that the hub puts in a home channel's inbox itself. Nothing
+// published looks like them: decodeEvent rejects both.
+const (
+	wakeMessage    = "wake"    // a route started: read what is newer
+	refreshMessage = "refresh" // an account was newly pulled: read the routes again
+)
+
+// hubEvent is an event on its way to subscribers, with the numbers they
+// need to filter it.
+type hubEvent struct {
+	ev     *warble.TimelineEvent
+	seq    int64 // the event's position
+	newest int64 // the channel's newest position when it was dispatched
+	reset  bool  // a RESYNC after the timeline went back to seq (see hubChannel.start)
+}
+
+// seqRing is a set of the last n seqs added to it.
+type seqRing struct {
+	ring []int64
+	next int
+	set  map[int64]int // seq -> how many times it is in ring
+}
+
+func newSeqRing(n int) *seqRing {
+	return &seqRing{ring: make([]int64, 0, n), set: make(map[int64]int, n)}
+}
+
+func (r *seqRing) add(seq int64) {
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, seq)
+	} else {
+		old := r.ring[r.next]
+		if r.set[old]--; r.set[old] == 0 {
+			delete(r.set, old)
+		}
+		r.ring[r.next] = seq
+		r.next = (r.next + 1) % len(r.ring)
+	}
+	r.set[seq]++
+}
+
+func (r *seqRing) has(seq int64) bool { return r.set[seq] > 0 }
+
+// register adds a subscriber to the channel of feed, subscribing to the
+// channel if it is the first.
+func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, errHubClosed
+	}
+	ch := h.channels[channel]
+	if ch == nil {
+		ch = &hubChannel{
+			hub:     h,
+			name:    channel,
+			feed:    feed,
+			key:     key,
+			subs:    make(map[*subscriber]struct{}),
+			inbox:   make(chan string, hubInbox),
+			confirm: make(chan bool, 1),
+			ready:   make(chan struct{}),
+			failed:  make(chan struct{}),
+			quit:    make(chan struct{}),
+			recent:  newSeqRing(recentSeqs),
+		}
+		h.channels[channel] = ch
+		h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true, ch: ch})
+		h.wg.Add(1)
+		go ch.run()
+		// When the write fails, go-redis reconnects and subscribes again
+		// to the channels it knew before this one, so this one is sent
+		// once more. If that fails too, Redis is out of reach: the
+		// subscriptions waiting for the channel fail at once, as any
+		// request does then, rather than wait for Redis to come back.
+		err := h.ps.Subscribe(h.ctx, channel)
+		if err != nil {
+			err = h.ps.Subscribe(h.ctx, channel)
+		}
+		if err != nil {
+			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
+			ch.fail(fmt.Errorf("subscribe to %s: %w", feed, err))
+		}
+	}
+	sub := &subscriber{ch: ch, wake: make(chan struct{}, 1), floor: -1}
+	ch.mu.Lock()
+	ch.subs[sub] = struct{}{}
+	ch.mu.Unlock()
+	return sub, nil
+}
+
+// unregister removes a subscriber, and unsubscribes from its channel if it
+// was the last.
+func (h *Hub) unregister(sub *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := sub.ch
+	ch.mu.Lock()
+	delete(ch.subs, sub)
+	empty := len(ch.subs) == 0
+	ch.mu.Unlock()
+	if !empty || h.channels[ch.name] != ch {
+		return
+	}
+	delete(h.channels, ch.name)
+	close(ch.quit)
+	if h.closed {
+		return
+	}
+	for _, name := range ch.routed {
+		h.dropRoute(ch, name)
+	}
+	ch.routed = nil
+	if len(h.routes[ch.name]) == 0 {
+		h.unsubscribe(ch.name)
+	}
+}
+
+func (h *Hub) unsubscribe(channel string) {
+	h.pending[channel] = append(h.pending[channel], pendingCommand{})
+	if err := h.ps.Unsubscribe(h.ctx, channel); err != nil {
+		h.db.log.Warn("unsubscribe from timeline channel", "channel", channel, "err", err)
+	}
+}
+
+// setRoutes makes ch, a home channel, get the messages of the user channels
+// of authors, and of no others.
+func (h *Hub) setRoutes(ch *hubChannel, authors []string) {
+	want := make([]string, len(authors))
+	for i, a := range authors {
+		want[i] = userChannel(a)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.channels[ch.name] != ch {
+		return // dropped meanwhile
+	}
+	for _, name := range ch.routed {
+		if !slices.Contains(want, name) {
+			h.dropRoute(ch, name)
+		}
+	}
+	for _, name := range want {
+		if !slices.Contains(ch.routed, name) {
+			h.addRoute(ch, name)
+		}
+	}
+	ch.routed = want
+}
+
+// addRoute hands the messages of channel to ch from now on, subscribing to
+// channel if nothing else here listens to it. A route starts with a wake:
+// at once if the channel's messages flow already, else when its
+// subscription is confirmed (see confirmed), so that ch reads what was
+// published before. Callers hold h.mu.
+func (h *Hub) addRoute(ch *hubChannel, channel string) {
+	sinks := h.routes[channel]
+	if sinks == nil {
+		sinks = make(map[*hubChannel]struct{})
+		h.routes[channel] = sinks
+	}
+	subscribed := len(sinks) > 0 || h.channels[channel] != nil
+	sinks[ch] = struct{}{}
+	if subscribed {
+		ch.post(wakeMessage)
+		return
+	}
+	h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true})
+	// On a failed write go-redis reconnects and subscribes again to the
+	// channels it knows, this one included.
+	if err := h.ps.Subscribe(h.ctx, channel); err != nil {
+		h.db.log.Warn("subscribe to pulled account's channel", "channel", channel, "err", err)
+	}
+}
+
+// dropRoute stops handing the messages of channel to ch, and unsubscribes
+// from channel if nothing else here listens to it. Callers hold h.mu.
+func (h *Hub) dropRoute(ch *hubChannel, channel string) {
+	sinks := h.routes[channel]
+	delete(sinks, ch)
+	if len(sinks) > 0 {
+		return
+	}
+	delete(h.routes, channel)
+	if h.channels[channel] == nil {
+		h.unsubscribe(channel)
+	}
+}
