@@ -261,7 +261,7 @@ func startWarble(t *testing.T, workers int) (*redistest.Server, *redisdb.DB, str
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for range workers {
-		w := redisdb.NewWorker(db, redisdb.WorkerOptions{Block: 50 * time.Millisecond})
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{IdleLook: 50 * time.Millisecond})
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return srv, db, ts.URL

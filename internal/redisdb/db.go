@@ -60,6 +60,7 @@ type DB struct {
 	opts   Options
 	log    *slog.Logger
 	seen   seenCache // see Seen
+	jobs   jobWatch  // wakes this process's idle fan-out workers
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

@@ -19,7 +19,7 @@ func drainFanOut(tb testing.TB, db *DB) {
 	tb.Helper()
 	w := NewWorker(db, WorkerOptions{})
 	for {
-		n, err := w.step(context.Background(), -1)
+		n, err := w.step(context.Background())
 		if err != nil {
 			tb.Fatalf("fan-out: %v", err)
 		}
@@ -205,7 +205,7 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 
 	// Before the claim idle time, another worker leaves the job alone.
 	live := NewWorker(db, WorkerOptions{Name: "live", Batch: 100, ClaimIdle: 300 * time.Millisecond})
-	if n, err := live.step(ctx, -1); err != nil || n != 0 {
+	if n, err := live.step(ctx); err != nil || n != 0 {
 		t.Fatalf("step before the idle time = %d, %v; want 0", n, err)
 	}
 	// The first batch's followers get the post again on the takeover only
@@ -214,7 +214,7 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 		db.client.ZRem(ctx, homeKey(f), p.ID)
 	}
 	time.Sleep(400 * time.Millisecond) // past the claim idle time
-	if n, err := live.step(ctx, -1); err != nil || n != 1 {
+	if n, err := live.step(ctx); err != nil || n != 1 {
 		t.Fatalf("step after the idle time = %d, %v; want 1", n, err)
 	}
 	if got := holding(t, db, followers[100:], p.ID); got != 150 {
@@ -276,12 +276,11 @@ func TestWorkerWakesForFirstJob(t *testing.T) {
 	requireRealRedis(t, db) // to see the worker wait, in CLIENT LIST
 	ada := mustSignup(t, db, "ada")
 	followers := manyFollowers(t, db, ada.ID, 3)
-	// A blocked read does not end with its context: the worker stops when
-	// the test's client closes, after this test.
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w := NewWorker(db, WorkerOptions{Block: time.Minute})
-	go w.Run(ctx)
+	w := NewWorker(db, WorkerOptions{IdleLook: time.Minute})
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
 	waitFor(t, "the worker to wait", func() bool {
 		n, _ := db.client.ClientList(context.Background()).Result()
 		return strings.Contains(n, "cmd=xread")
@@ -471,5 +470,25 @@ func TestWorkerSweepsOutboxes(t *testing.T) {
 		if got, want := holding(t, db, followers, lost), map[bool]int{false: 0, true: 2}[sweep]; got != want {
 			t.Fatalf("worker with Sweep %v: %d followers hold the post, want %d", sweep, got, want)
 		}
+	}
+}
+
+// TestIdleWorkerStopsAtOnce: an idle worker, and the watch that waits for
+// jobs in Redis for it, return as soon as the worker's context ends, not
+// when the watch's blocked read or the worker's idle wait would run out
+// (watchBlock and IdleLook are far longer than the bound here).
+func TestIdleWorkerStopsAtOnce(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	mustCreatePost(t, db, ada.ID, "the stream and its group exist")
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); NewWorker(db, WorkerOptions{IdleLook: time.Hour}).Run(ctx) }()
+	time.Sleep(100 * time.Millisecond) // let it go idle, its watch blocked in XREAD
+	cancel()
+	select {
+	case <-stopped:
+	case <-time.After(watchBlock / 2):
+		t.Fatal("an idle worker did not stop when its context ended")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 const (
 	DefaultClaimIdle = 30 * time.Second
 	DefaultBatch     = fanOutChunk
-	defaultBlock     = time.Second
+	defaultIdleLook  = time.Second
 	cursorTTL        = 7 * 24 * time.Hour // a job's cursor outlives any job
 )
 
@@ -30,9 +31,9 @@ type WorkerOptions struct {
 	ClaimIdle time.Duration
 	// Batch is how many followers one round trip delivers to.
 	Batch int
-	// Block is how long one read waits for new jobs; it bounds how long Run
-	// takes to return once its context ends.
-	Block time.Duration
+	// IdleLook is how often an idle worker looks for jobs of dead workers
+	// to take over. New jobs wake it at once (see jobWatch).
+	IdleLook time.Duration
 	// Sweep has this worker also sweep the authors' outboxes for jobs that
 	// were never queued (see sweepOutboxes), every SweepEvery. One worker
 	// of each process is enough.
@@ -63,8 +64,8 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 	if opts.Batch <= 0 {
 		opts.Batch = DefaultBatch
 	}
-	if opts.Block <= 0 {
-		opts.Block = defaultBlock
+	if opts.IdleLook <= 0 {
+		opts.IdleLook = defaultIdleLook
 	}
 	if opts.SweepEvery <= 0 {
 		opts.SweepEvery = DefaultSweepEvery
@@ -73,17 +74,32 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 }
 
 // Run runs jobs until ctx ends, then returns nil once the job in hand is
-// finished or its current batch is saved. Redis errors are logged and
-// retried with a growing pause: a worker outlives a Redis restart.
+// finished or its current batch is saved; an idle worker returns at once.
+// Redis errors are logged and retried with a growing pause: a worker
+// outlives a Redis restart.
+//
+// A worker never blocks in Redis: it reads jobs without waiting, and an
+// idle one waits in this process for the jobs watch (jobWatch), which
+// wakes it when a job is queued, or for IdleLook to pass.
 func (w *Worker) Run(ctx context.Context) error {
+	watch := w.db.jobs.acquire(w.db)
+	defer w.db.jobs.release()
 	pause := 0 * time.Millisecond
 	for ctx.Err() == nil {
-		err := w.maybeSweep(ctx)
+		news := watch.news()
+		n, err := 0, w.maybeSweep(ctx)
 		if err == nil {
-			_, err = w.step(ctx, w.opts.Block)
+			n, err = w.step(ctx)
 		}
 		if err == nil || ctx.Err() != nil {
 			pause = 0
+			if n == 0 {
+				select {
+				case <-ctx.Done():
+				case <-news:
+				case <-time.After(w.opts.IdleLook):
+				}
+			}
 			continue
 		}
 		pause = min(max(2*pause, 50*time.Millisecond), 2*time.Second)
@@ -109,18 +125,15 @@ func (w *Worker) maybeSweep(ctx context.Context) error {
 	return err
 }
 
-// step runs at most one job: first one of a dead worker, else a new one,
-// waiting up to block for it (no wait if block is negative). One job at a
-// time, so that jobs this worker has not started are not held pending on it
-// while other workers are free. It reports how many jobs it ran.
-func (w *Worker) step(ctx context.Context, block time.Duration) (int, error) {
+// step runs at most one job, without waiting for one: first one of a dead
+// worker, else a new one. One job at a time, so that jobs this worker has
+// not started are not held pending on it while other workers are free. It
+// reports how many jobs it ran.
+func (w *Worker) step(ctx context.Context) (int, error) {
 	if !w.ready {
 		ok, err := w.ensureGroup(ctx)
 		if err != nil || !ok {
-			if err == nil && block > 0 {
-				err = w.awaitFirstJob(ctx, block)
-			}
-			return 0, err
+			return 0, err // no job was ever queued: nothing to do yet
 		}
 		w.ready = true
 	}
@@ -136,14 +149,11 @@ func (w *Worker) step(ctx context.Context, block time.Duration) (int, error) {
 	}
 	msgs := claimed
 	if len(msgs) == 0 {
-		args := &redis.XReadGroupArgs{
+		streams, err := w.db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{fanoutStreamKey, ">"}, Count: 1, Block: block,
-		}
-		if block < 0 {
-			args.Block = -1 // no BLOCK argument: answer at once
-		}
-		streams, err := w.db.client.XReadGroup(ctx, args).Result()
+			Streams: []string{fanoutStreamKey, ">"}, Count: 1,
+			Block: -1, // no BLOCK argument: answer at once
+		}).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			return 0, nil
@@ -175,19 +185,122 @@ func (w *Worker) ensureGroup(ctx context.Context) (bool, error) {
 	return n == 1, nil
 }
 
-// awaitFirstJob waits up to block for the stream to get its first entry,
-// when no job was ever queued: XREAD BLOCK on a stream that does not exist
-// yet answers as soon as an XADD creates it, so the first post is fanned
-// out at once rather than at the next poll, and an idle Warble still
+// jobWatch tells the idle workers of a process that jobs were queued. One
+// goroutine per process, while any worker runs, waits for new stream
+// entries with XREAD BLOCK, which reads without taking anything, and wakes
+// every idle worker; they take jobs through the group without waiting.
+// Only the watch blocks in Redis, on a connection of its own, and stopping
+// closes that connection, so that a worker and the watch both stop at once
+// rather than at the end of a blocked read: a server stops promptly.
+//
+// XREAD on a stream that does not exist yet answers as soon as an XADD
+// creates it, so the first job ever is run at once too, and an idle Warble
 // writes nothing.
-func (w *Worker) awaitFirstJob(ctx context.Context, block time.Duration) error {
-	err := w.db.client.XRead(ctx, &redis.XReadArgs{
-		Streams: []string{fanoutStreamKey, "0-0"}, Count: 1, Block: block,
-	}).Err()
-	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
-		return fmt.Errorf("wait for fan-out jobs: %w", err)
+type jobWatch struct {
+	mu      sync.Mutex
+	users   int
+	signal  chan struct{} // closed, and replaced, when jobs may have come
+	stop    context.CancelFunc
+	stopped chan struct{}
+}
+
+// watchBlock is how long one blocked read of the watch waits; it only
+// bounds how long the watch takes to notice that Redis went away.
+const watchBlock = 5 * time.Second
+
+// acquire counts a worker in, starting the watch for the first.
+func (j *jobWatch) acquire(db *DB) *jobWatch {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.users++; j.users == 1 {
+		ctx, cancel := context.WithCancel(context.Background())
+		j.signal, j.stop, j.stopped = make(chan struct{}), cancel, make(chan struct{})
+		go j.run(ctx, db, j.stopped)
 	}
-	return nil
+	return j
+}
+
+// release counts a worker out, stopping the watch after the last.
+func (j *jobWatch) release() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.users--; j.users == 0 {
+		j.stop()
+		<-j.stopped
+	}
+}
+
+// news returns a channel that is closed when jobs may have been queued
+// after news was called.
+func (j *jobWatch) news() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.signal
+}
+
+func (j *jobWatch) wake() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	close(j.signal)
+	j.signal = make(chan struct{})
+}
+
+func (j *jobWatch) run(ctx context.Context, db *DB, stopped chan<- struct{}) {
+	defer close(stopped)
+	client, closeClient := dedicatedClient(db.client)
+	context.AfterFunc(ctx, closeClient) // ends a blocked read at once
+	// From the start of the stream: the stream holds only jobs not done,
+	// so this wakes the workers once for those, then follows new ones.
+	last := "0-0"
+	pause := time.Duration(0)
+	for ctx.Err() == nil {
+		streams, err := client.XRead(ctx, &redis.XReadArgs{
+			Streams: []string{fanoutStreamKey, last}, Count: 100, Block: watchBlock,
+		}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue // nothing new
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			// Workers still look every IdleLook meanwhile.
+			pause = min(max(2*pause, 100*time.Millisecond), 2*time.Second)
+			db.log.Warn("watch for fan-out jobs", "err", err, "retry_in", pause)
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			continue
+		}
+		pause = 0
+		for _, s := range streams {
+			if n := len(s.Messages); n > 0 {
+				last = s.Messages[n-1].ID
+			}
+		}
+		j.wake()
+	}
+}
+
+// dedicatedClient returns a client of its own for the server (or cluster)
+// that c talks to, with the same options, and a func that closes it. A
+// command blocked on it ends as soon as it is closed, which a command on a
+// shared pool cannot be made to do. For a client of another kind it
+// returns c itself, and closing does nothing.
+func dedicatedClient(c redis.UniversalClient) (redis.UniversalClient, func()) {
+	switch c := c.(type) {
+	case *redis.Client:
+		opts := *c.Options()
+		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = 1, 0, 1
+		d := redis.NewClient(&opts)
+		return d, func() { d.Close() }
+	case *redis.ClusterClient:
+		opts := *c.Options()
+		d := redis.NewClusterClient(&opts)
+		return d, func() { d.Close() }
+	}
+	return c, func() {}
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.
