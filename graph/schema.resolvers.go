@@ -47,9 +47,6 @@ func (r *mutationResolver) CreatePost(ctx context.Context, input warble.CreatePo
 	if err != nil {
 		return nil, err
 	}
-	if err := input.Normalize(); err != nil {
-		return nil, err
-	}
 	p, err := r.Posts.CreatePost(ctx, viewer.ID, input.Body)
 	if err != nil {
 		return nil, err

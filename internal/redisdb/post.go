@@ -113,6 +113,10 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if !warble.ValidUserID(authorID) {
 		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
 	}
+	body, err := warble.NormalizePostBody(body)
+	if err != nil {
+		return nil, err
+	}
 	seq, err := s.db.client.Incr(ctx, postSeqKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)

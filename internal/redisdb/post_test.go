@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -78,6 +79,28 @@ func TestCreatePost(t *testing.T) {
 	}
 	if got.Body != p.Body || !got.CreatedAt.Equal(p.CreatedAt) || got.Seq != p.Seq || got.Author == nil || got.Author.Username != "ada" {
 		t.Errorf("FindPostByID = %+v, want %+v with author ada", got, p)
+	}
+}
+
+// TestCreatePostValidatesItsBody: the service normalizes and validates the
+// body itself, whoever calls it, and a body it refuses writes nothing.
+func TestCreatePostValidatesItsBody(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	posts := NewPostService(db)
+	before := snapshot(t, db)
+	for _, body := range []string{"", "  \n\t ", strings.Repeat("x", warble.MaxPostLen+1), "bell\a", "\xff\xfe", "bidi \u202e"} {
+		if _, err := posts.CreatePost(context.Background(), ada.ID, body); warble.ErrorCode(err) != warble.EINVALID {
+			t.Errorf("CreatePost(%q) = %v, want EINVALID", body, err)
+		}
+	}
+	assertUnchanged(t, db, before, "refused posts")
+	p, err := posts.CreatePost(context.Background(), ada.ID, "  trimmed\n")
+	if err != nil || p.Body != "trimmed" {
+		t.Fatalf("CreatePost with surrounding space = %+v, %v; want the body trimmed", p, err)
+	}
+	if got, err := posts.FindPostByID(context.Background(), p.ID); err != nil || got.Body != "trimmed" {
+		t.Fatalf("stored post = %+v, %v; want the body trimmed", got, err)
 	}
 }
 

@@ -269,8 +269,7 @@ func FuzzNormalizePostBody(f *testing.F) {
 	f.Add(strings.Repeat(" ", 1000) + "x" + strings.Repeat(" ", 1000))
 	f.Add(strings.Repeat("🐦", 280))
 	f.Fuzz(func(t *testing.T, body string) {
-		in := CreatePostInput{Body: body}
-		err := in.Normalize()
+		got, err := NormalizePostBody(body)
 
 		trimmed := strings.TrimSpace(body)
 		n := utf8.RuneCountInString(trimmed)
@@ -279,28 +278,26 @@ func FuzzNormalizePostBody(f *testing.F) {
 				return r != '\n' && r != '\t' && (isCc(r) || r == 0x2028 || r == 0x2029 || isBidiControl(r))
 			})
 		if err != nil {
-			wantInvalid(t, "Normalize", err)
+			wantInvalid(t, "NormalizePostBody", err)
 			if ok {
-				t.Fatalf("Normalize(%q) refused a good body: %v", body, err)
+				t.Fatalf("NormalizePostBody(%q) refused a good body: %v", body, err)
 			}
 			return
 		}
 		if !ok {
-			t.Fatalf("Normalize(%q) accepted a body that is empty, too long, invalid UTF-8 or has control characters", body)
+			t.Fatalf("NormalizePostBody(%q) accepted a body that is empty, too long, invalid UTF-8 or has control characters", body)
 		}
-		got := in.Body
 		if got != trimmed {
-			t.Fatalf("Normalize(%q) = %q, want the body trimmed: %q", body, got, trimmed)
+			t.Fatalf("NormalizePostBody(%q) = %q, want the body trimmed: %q", body, got, trimmed)
 		}
 		if !utf8.ValidString(got) || !isTrimmed(got) {
-			t.Fatalf("Normalize(%q) = %q: not valid UTF-8, or not trimmed", body, got)
+			t.Fatalf("NormalizePostBody(%q) = %q: not valid UTF-8, or not trimmed", body, got)
 		}
 		if !strings.Contains(body, got) {
-			t.Fatalf("Normalize(%q) = %q changed more than the surrounding whitespace", body, got)
+			t.Fatalf("NormalizePostBody(%q) = %q changed more than the surrounding whitespace", body, got)
 		}
-		again := CreatePostInput{Body: got}
-		if err := again.Normalize(); err != nil || again.Body != got {
-			t.Fatalf("Normalize of its own result %q: %q, %v; want no change", got, again.Body, err)
+		if again, err := NormalizePostBody(got); err != nil || again != got {
+			t.Fatalf("NormalizePostBody of its own result %q: %q, %v; want no change", got, again, err)
 		}
 	})
 }

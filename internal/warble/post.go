@@ -32,25 +32,27 @@ type CreatePostInput struct {
 	Body string
 }
 
-// Normalize trims the surrounding whitespace of the body and returns an
-// EINVALID error if what is left cannot be stored.
-func (in *CreatePostInput) Normalize() error {
-	if !utf8.ValidString(in.Body) {
-		return Errorf(EINVALID, "Post must be valid UTF-8.")
+// NormalizePostBody returns body without its surrounding whitespace, or an
+// EINVALID error if what is left cannot be stored: empty, longer than
+// MaxPostLen code points, not valid UTF-8, or with control characters other
+// than newline and tab.
+func NormalizePostBody(body string) (string, error) {
+	if !utf8.ValidString(body) {
+		return "", Errorf(EINVALID, "Post must be valid UTF-8.")
 	}
-	in.Body = strings.TrimSpace(in.Body)
-	if in.Body == "" {
-		return Errorf(EINVALID, "Post must not be empty.")
+	body = strings.TrimSpace(body)
+	if body == "" {
+		return "", Errorf(EINVALID, "Post must not be empty.")
 	}
-	if n := utf8.RuneCountInString(in.Body); n > MaxPostLen {
-		return Errorf(EINVALID, "Post must be at most %d characters long; this one has %d.", MaxPostLen, n)
+	if n := utf8.RuneCountInString(body); n > MaxPostLen {
+		return "", Errorf(EINVALID, "Post must be at most %d characters long; this one has %d.", MaxPostLen, n)
 	}
-	for _, r := range in.Body {
+	for _, r := range body {
 		if r != '\n' && r != '\t' && isControl(r) {
-			return Errorf(EINVALID, "Post must not contain control characters other than newline and tab.")
+			return "", Errorf(EINVALID, "Post must not contain control characters other than newline and tab.")
 		}
 	}
-	return nil
+	return body, nil
 }
 
 // isControl reports whether r is a control character (Unicode category Cc),
@@ -80,9 +82,10 @@ type DeletePostPayload struct {
 
 // PostService manages posts and the timelines they appear in.
 type PostService interface {
-	// CreatePost stores a post by authorID with an already normalized body,
-	// puts it on the author's timelines at once (read-your-writes) and
-	// delivers it to the global timeline and the followers' home timelines.
+	// CreatePost stores a post by authorID, its body normalized by
+	// NormalizePostBody (EINVALID if it cannot be stored), puts it on the
+	// author's timelines at once (read-your-writes) and delivers it to the
+	// global timeline and the followers' home timelines.
 	CreatePost(ctx context.Context, authorID, body string) (*Post, error)
 
 	// DeletePost deletes a post of authorID's from every timeline. It is
