@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ import (
 func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
 	// No fan-out workers: their polling would count too, and the posts
 	// reach the viewer's home by the follows' backfill.
-	s := newTestServer(t, func(c *config) { c.LoaderWait = 500 * time.Millisecond; c.FanoutWorkers = 0 })
+	s := newTestServer(t, func(c *Config) { c.LoaderWait = 500 * time.Millisecond; c.FanoutWorkers = 0 })
 	viewer := s.signup(t, "viewer")
 	target := s.signup(t, "target")
 	for i := range 60 {

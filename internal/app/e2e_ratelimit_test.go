@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 )
 
 // withLimits turns rate limits on with change applied to the defaults.
-func withLimits(change func(l *warble.RateLimits)) func(*config) {
-	return func(c *config) {
+func withLimits(change func(l *warble.RateLimits)) func(*Config) {
+	return func(c *Config) {
 		c.RateLimitsOn = true
 		change(&c.RateLimits)
 	}
@@ -142,7 +142,7 @@ func TestWebsocketsAreLimitedPerAddress(t *testing.T) {
 func TestForwardedForIsTrustedOnlyWhenConfigured(t *testing.T) {
 	for _, trust := range []bool{false, true} {
 		s := newTestServer(t, withLimits(func(l *warble.RateLimits) { l.SignupsPerAddress = every(1) }),
-			func(c *config) { c.TrustXFF = trust })
+			func(c *Config) { c.TrustXFF = trust })
 		signupFrom := func(addr, name string) gqlResponse {
 			req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{
 				"query": signupMutation, "variables": map[string]any{"u": name, "p": "password1"},
@@ -165,7 +165,7 @@ func TestForwardedForIsTrustedOnlyWhenConfigured(t *testing.T) {
 }
 
 func TestRateLimitConfiguration(t *testing.T) {
-	cfg, err := parseConfig(nil, func(k string) string {
+	cfg, err := ParseConfig(nil, func(k string) string {
 		return map[string]string{"RATE_LIMIT_POSTS_PER_USER": "5/1m/2"}[k]
 	})
 	if err != nil {
@@ -175,12 +175,12 @@ func TestRateLimitConfiguration(t *testing.T) {
 		cfg.RateLimits.SignupsPerAddress != warble.DefaultRateLimits().SignupsPerAddress {
 		t.Fatalf("config = %+v", cfg.RateLimits)
 	}
-	off, err := parseConfig([]string{"-rate-limits", "off"}, func(string) string { return "" })
+	off, err := ParseConfig([]string{"-rate-limits", "off"}, func(string) string { return "" })
 	if err != nil || off.RateLimitsOn {
 		t.Fatalf("-rate-limits off: on = %v, %v", off.RateLimitsOn, err)
 	}
 	for _, bad := range []map[string]string{{"RATE_LIMITS": "maybe"}, {"RATE_LIMIT_SIGNUPS_PER_ADDRESS": "10"}, {"RATE_LIMIT_FOLLOWS_PER_USER": "0/1h"}} {
-		if _, err := parseConfig(nil, func(k string) string { return bad[k] }); err == nil {
+		if _, err := ParseConfig(nil, func(k string) string { return bad[k] }); err == nil {
 			t.Errorf("config %v accepted", bad)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 // Fuzz targets for the HTTP request path up to the resolvers: CORS, the
 // mux, the body limit, the auth middleware and gqlgen's transports, parser,

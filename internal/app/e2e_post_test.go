@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -154,7 +154,7 @@ func TestPageArgumentErrors(t *testing.T) {
 }
 
 func TestTimelineCaps(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.HomeCap = 3; c.GlobalCap = 4 })
+	s := newTestServer(t, func(c *Config) { c.HomeCap = 3; c.GlobalCap = 4 })
 	u := s.signup(t, "capped")
 	for i := range 6 {
 		s.post(t, u, fmt.Sprintf("p%d", i))

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -26,20 +26,20 @@ import (
 // testServer is Warble's real HTTP handler on a real Redis.
 type testServer struct {
 	URL   string
-	app   *app
+	app   *App
 	redis *redistest.Server
 }
 
 // newTestServer starts Warble for t. change may adjust the configuration.
-func newTestServer(t testing.TB, change ...func(*config)) *testServer {
+func newTestServer(t testing.TB, change ...func(*Config)) *testServer {
 	t.Helper()
 	return newTestServerOn(t, nil, change...)
 }
 
 // newTestServerOn is newTestServer with the listener wrapped by wrap, if not nil.
-func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change ...func(*config)) *testServer {
+func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change ...func(*Config)) *testServer {
 	t.Helper()
-	cfg, err := parseConfig(nil, func(string) string { return "" })
+	cfg, err := ParseConfig(nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change 
 	client := redis.NewClient(redisOptions(rs.Options()))
 	client.AddHook(redistest.NewSlotGuard(t))
 	t.Cleanup(func() { client.Close() })
-	a := newApp(cfg, client, log)
+	a := New(cfg, client, log)
 	hs := httptest.NewUnstartedServer(a.handler)
 	if wrap != nil {
 		hs.Listener = wrap(hs.Listener)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 // and read the ratio of the two ns/op figures; the load tool
 // (internal/loadtest) measures the same at fixed concurrency.
 func BenchmarkRequests(b *testing.B) {
-	s := newTestServer(b, func(c *config) { c.RateLimitsOn = false })
+	s := newTestServer(b, func(c *Config) { c.RateLimitsOn = false })
 	reader := s.signup(b, "reader")
 	for i := range 5 {
 		author := s.signup(b, fmt.Sprintf("author%d", i))

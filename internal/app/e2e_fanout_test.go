@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // both read it on their home timeline, a live home subscription gets it
 // and its removal, and a page after the event's cursor goes on from it.
 func TestPulledAccountEndToEnd(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.PullThreshold = 1 })
+	s := newTestServer(t, func(c *Config) { c.PullThreshold = 1 })
 	star := s.signup(t, "star")
 	ada := s.signup(t, "ada")
 	bob := s.signup(t, "bob")

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -174,7 +174,7 @@ func TestPlaygroundAndProductionMode(t *testing.T) {
 		t.Fatalf("development validation error %+v: want a suggestion", r.Errors)
 	}
 
-	prod := newTestServer(t, func(c *config) {
+	prod := newTestServer(t, func(c *Config) {
 		c.Env, c.Playground, c.Introspection, c.Suggestions = "production", false, false, false
 	})
 	resp, err = http.Get(prod.URL + "/playground")
@@ -196,7 +196,7 @@ func TestPlaygroundAndProductionMode(t *testing.T) {
 }
 
 func TestProductionConfigFromEnvironment(t *testing.T) {
-	cfg, err := parseConfig(nil, func(k string) string {
+	cfg, err := ParseConfig(nil, func(k string) string {
 		return map[string]string{"WARBLE_ENV": "production", "PORT": "9999", "CORS_ORIGINS": "https://a.example, https://b.example"}[k]
 	})
 	if err != nil {
@@ -205,12 +205,12 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	if cfg.Playground || cfg.Introspection || cfg.Suggestions || cfg.Addr != ":9999" || len(cfg.CORSOrigins) != 2 {
 		t.Fatalf("config = %+v", cfg)
 	}
-	if cfg, err := parseConfig(nil, func(k string) string {
+	if cfg, err := ParseConfig(nil, func(k string) string {
 		return map[string]string{"WARBLE_ENV": "production", "WARBLE_SUGGESTIONS": "true"}[k]
 	}); err != nil || !cfg.Suggestions || cfg.Introspection {
 		t.Fatalf("production with WARBLE_SUGGESTIONS=true: %+v, %v", cfg, err)
 	}
-	if _, err := parseConfig([]string{"-playground=true"}, func(k string) string {
+	if _, err := ParseConfig([]string{"-playground=true"}, func(k string) string {
 		return map[string]string{"WARBLE_ENV": "production"}[k]
 	}); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	if cfg.PullThreshold != 10000 || cfg.InactiveAfter != 7*24*time.Hour {
 		t.Fatalf("fan-out defaults: pull above %d followers, skip after %v unseen", cfg.PullThreshold, cfg.InactiveAfter)
 	}
-	cfg, err = parseConfig(nil, func(k string) string {
+	cfg, err = ParseConfig(nil, func(k string) string {
 		return map[string]string{"FANOUT_PULL_THRESHOLD": "off", "FANOUT_INACTIVE_AFTER": "off"}[k]
 	})
 	if err != nil || cfg.PullThreshold != -1 || cfg.InactiveAfter != -1 {
@@ -226,7 +226,7 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 	}
 	for _, bad := range []map[string]string{{"PORT": "http"}, {"WARBLE_ENV": "staging"}, {"HOME_TIMELINE_CAP": "0"}, {"SESSION_TTL": "5s"}, {"SESSION_TTL": "forever"},
 		{"FANOUT_PULL_THRESHOLD": "0"}, {"FANOUT_PULL_THRESHOLD": "many"}, {"FANOUT_INACTIVE_AFTER": "7d"}, {"FANOUT_INACTIVE_AFTER": "1m"}} {
-		if _, err := parseConfig(nil, func(k string) string { return bad[k] }); err == nil {
+		if _, err := ParseConfig(nil, func(k string) string { return bad[k] }); err == nil {
 			t.Errorf("config %v accepted", bad)
 		}
 	}
@@ -235,7 +235,7 @@ func TestProductionConfigFromEnvironment(t *testing.T) {
 func TestCORS(t *testing.T) {
 	// With CORS_ORIGINS unset no other origin may call the API.
 	preflight(t, newTestServer(t), map[string]bool{"https://app.example": false})
-	s := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example", "https://*.staging.example"} })
+	s := newTestServer(t, func(c *Config) { c.CORSOrigins = []string{"https://app.example", "https://*.staging.example"} })
 	preflight(t, s, map[string]bool{
 		"https://app.example":         true,
 		"https://evil.example":        false,
@@ -277,7 +277,7 @@ func TestRunEmbedded(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-host", "127.0.0.1", "-port", "0"}, func(string) string { return "" }, pw)
+		done <- Run(ctx, []string{"-host", "127.0.0.1", "-port", "0"}, func(string) string { return "" }, pw)
 		pw.Close()
 	}()
 	var base string

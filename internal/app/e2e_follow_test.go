@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -83,7 +83,7 @@ func TestFollowAndUnfollow(t *testing.T) {
 }
 
 func TestFollowErrorsWriteNothing(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.MaxFollowing = 2 })
+	s := newTestServer(t, func(c *Config) { c.MaxFollowing = 2 })
 	ada := s.signup(t, "ada")
 	others := []testUser{s.signup(t, "o"), s.signup(t, "o"), s.signup(t, "o")}
 	s.follow(t, ada, others[0])

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -159,7 +159,7 @@ func TestBadTokenClosesWebsocketWith4403(t *testing.T) {
 }
 
 func TestWebsocketOriginCheck(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.CORSOrigins = []string{"https://app.example"} })
+	s := newTestServer(t, func(c *Config) { c.CORSOrigins = []string{"https://app.example"} })
 	for origin, ok := range map[string]bool{
 		"https://app.example":  true,
 		"https://evil.example": false,
@@ -236,7 +236,7 @@ func TestResumeWithAfterHasNoGapAndNoDuplicate(t *testing.T) {
 }
 
 func TestResumeFromBeyondTheCapStartsWithResync(t *testing.T) {
-	s := newTestServer(t, func(c *config) { c.GlobalCap = 3 })
+	s := newTestServer(t, func(c *Config) { c.GlobalCap = 3 })
 	u := s.signup(t, "capper")
 	s.post(t, u, "old")
 	var first struct{ GlobalTimeline timelinePage }
@@ -320,7 +320,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	// every event for the slow client and it would never fall behind. A
 	// long write timeout keeps the slow client connected throughout (see
 	// TestStalledClientIsDisconnected for what a short one does).
-	s := newTestServerOn(t, smallWriteBuffers, func(c *config) { c.WriteTimeout = 2 * time.Minute })
+	s := newTestServerOn(t, smallWriteBuffers, func(c *Config) { c.WriteTimeout = 2 * time.Minute })
 	u := s.signup(t, "fast")
 	after := s.syncCursor(t, u)
 	slow := s.connectSlow(t)
@@ -369,7 +369,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 // subscription is released with it: the hub's Redis subscription to the
 // channel, which only that client wanted, goes away.
 func TestStalledClientIsDisconnected(t *testing.T) {
-	s := newTestServerOn(t, smallWriteBuffers, func(c *config) { c.WriteTimeout = 300 * time.Millisecond })
+	s := newTestServerOn(t, smallWriteBuffers, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
 	u := s.signup(t, "stalled")
 	after := s.syncCursor(t, u)
 	slow := s.connectSlow(t)

@@ -1,4 +1,4 @@
-package main
+package app
 
 // Fixes found by the conformance suite in testdata/conformance, which runs
 // GraphQL clients written elsewhere against Warble.

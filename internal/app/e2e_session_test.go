@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -71,7 +71,7 @@ func TestLogoutEverywhereEndsEverySession(t *testing.T) {
 // expires; one whose token is in use elsewhere stays open past that time.
 func TestExpiredSessionEndsItsWebsocket(t *testing.T) {
 	const ttl = 3 * time.Second
-	s := newTestServer(t, func(c *config) { c.SessionTTL = ttl })
+	s := newTestServer(t, func(c *Config) { c.SessionTTL = ttl })
 	// Each websocket connects right after its signup, and busy's token is
 	// in use from then on, so that a slow machine cannot let a session
 	// expire before the test means it to.
@@ -146,7 +146,7 @@ func TestHeaderAuthenticatedWebsocketEndsWithItsSession(t *testing.T) {
 				if name == "expiry" {
 					ttl = 3 * time.Second
 				}
-				s := newTestServer(t, func(c *config) { c.SessionTTL = ttl })
+				s := newTestServer(t, func(c *Config) { c.SessionTTL = ttl })
 				u := s.signup(t, "header")
 				after := s.syncCursor(t, u)
 				c := s.connectWithHeader(t, proto, u.Token)

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -247,7 +247,7 @@ func TestMetricsConfig(t *testing.T) {
 		{map[string]string{"METRICS": "127.0.0.1:9090"}, true, "127.0.0.1:9090"},
 		{map[string]string{"METRICS": ":9090"}, true, ":9090"},
 	} {
-		cfg, err := parseConfig(nil, func(k string) string { return tc.env[k] })
+		cfg, err := ParseConfig(nil, func(k string) string { return tc.env[k] })
 		if err != nil {
 			t.Errorf("%v: %v", tc.env, err)
 			continue
@@ -257,7 +257,7 @@ func TestMetricsConfig(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"yes", "9090", "localhost"} {
-		if _, err := parseConfig(nil, func(k string) string {
+		if _, err := ParseConfig(nil, func(k string) string {
 			if k == "METRICS" {
 				return bad
 			}
@@ -267,7 +267,7 @@ func TestMetricsConfig(t *testing.T) {
 		}
 	}
 
-	s := newTestServer(t, func(c *config) { c.MetricsOn = false })
+	s := newTestServer(t, func(c *Config) { c.MetricsOn = false })
 	resp, err := http.Get(s.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

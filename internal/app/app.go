@@ -1,0 +1,139 @@
+// Package app is Warble's composition root: it turns a Config into a Redis
+// client, the services over it, the GraphQL handler and an HTTP server, and
+// stops them gracefully. server.go's main calls Run (or RunWorkers, for
+// `warble worker`); the end-to-end tests here run the same App in-process.
+package app
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/cors"
+
+	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/metrics"
+	"github.com/warble/warble/internal/ratelimit"
+	"github.com/warble/warble/internal/redisdb"
+	"github.com/warble/warble/web"
+)
+
+// App is Warble's services and HTTP handler over one Redis client.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *redisdb.DB
+	hub     *redisdb.Hub
+	metrics *metrics.Metrics
+	handler http.Handler
+
+	stopWorkers func()
+}
+
+// newDB returns the services' DB over client; delivered, if set, counts
+// fan-out deliveries.
+func newDB(cfg Config, client redis.UniversalClient, log *slog.Logger, delivered func(int)) *redisdb.DB {
+	return redisdb.NewDB(client, redisdb.Options{
+		HomeCap:       cfg.HomeCap,
+		GlobalCap:     cfg.GlobalCap,
+		MaxFollowing:  cfg.MaxFollowing,
+		SessionTTL:    cfg.SessionTTL,
+		BcryptCost:    cfg.BcryptCost,
+		Logger:        log,
+		AsyncFanOut:   true, // by the in-process workers or `warble worker`
+		PullThreshold: cfg.PullThreshold,
+		InactiveAfter: cfg.InactiveAfter,
+		Delivered:     delivered,
+	})
+}
+
+// New wires Warble over client: the services, their rate limits, the live
+// hub, metrics, FanoutWorkers fan-out workers, and the HTTP handler.
+func New(cfg Config, client redis.UniversalClient, log *slog.Logger) *App {
+	m := metrics.New()
+	db := newDB(cfg, client, log, m.FanOutDelivered)
+	hub := redisdb.NewHub(db)
+	client.AddHook(redisdb.ErrorHook(m.RedisError))
+	m.WatchFanOutQueue(db)
+	resolver := &graph.Resolver{
+		Users:   redisdb.NewUserService(db),
+		Auth:    redisdb.NewAuthService(db),
+		Posts:   redisdb.NewPostService(db),
+		Follows: redisdb.NewFollowService(db),
+		Live:    hub,
+	}
+	var allowWebsocket func(context.Context, string) error
+	if cfg.RateLimitsOn {
+		limiter, limits := redisdb.NewRateLimiter(db), cfg.RateLimits
+		resolver.Auth = ratelimit.Auth{AuthService: resolver.Auth, Limiter: limiter, Limits: limits}
+		resolver.Posts = ratelimit.Posts{PostService: resolver.Posts, Limiter: limiter, Limits: limits}
+		resolver.Follows = ratelimit.Follows{FollowService: resolver.Follows, Limiter: limiter, Limits: limits}
+		allowWebsocket = ratelimit.Websockets{Limiter: limiter, Limits: limits}.Allow
+	}
+	a := &App{cfg: cfg, log: log, db: db, hub: hub, metrics: m}
+	a.stopWorkers = startWorkers(cfg, db, cfg.FanoutWorkers)
+	gql := graph.NewHandler(graph.HandlerConfig{
+		Resolver:       resolver,
+		Sessions:       hub,
+		AllowedOrigins: cfg.CORSOrigins,
+		Introspection:  cfg.Introspection,
+		Suggestions:    cfg.Suggestions,
+		Logger:         log,
+		WriteTimeout:   cfg.WriteTimeout,
+		AllowWebsocket: allowWebsocket,
+
+		PersistedQueries: redisdb.NewPersistedQueries(db),
+		LoaderWait:       cfg.LoaderWait,
+		Metrics:          m,
+	})
+
+	mux := http.NewServeMux()
+	// Methods are named so that "GET /" below does not claim /graphql's
+	// other methods; anything else gets 405 from the mux.
+	api := limitBody(graph.ClientAddress(cfg.TrustXFF, graph.AuthMiddleware(resolver.Auth, gql)))
+	mux.Handle("GET /graphql", api)
+	mux.Handle("POST /graphql", api)
+	mux.Handle("OPTIONS /graphql", api)
+	if cfg.Playground {
+		mux.Handle("GET /playground", playgroundHandler())
+	}
+	mux.HandleFunc("GET /healthz", a.healthz)
+	if cfg.MetricsOn && cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", m.Handler())
+	}
+	mux.Handle("GET /", web.Handler())
+
+	corsOptions := cors.Options{
+		// A func rather than AllowedOrigins: rs/cors reads an empty list as
+		// "any origin", and CORS_ORIGINS unset means none but our own.
+		AllowOriginFunc: func(origin string) bool { return graph.OriginAllowed(cfg.CORSOrigins, origin) },
+		AllowedMethods:  []string{http.MethodGet, http.MethodPost},
+		AllowedHeaders:  []string{"Authorization", "Content-Type", "Accept"},
+		MaxAge:          600,
+	}
+	a.handler = cors.New(corsOptions).Handler(mux)
+	return a
+}
+
+// Handler returns the App's HTTP handler.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Close stops the fan-out workers and ends every live subscription.
+func (a *App) Close() error {
+	a.stopWorkers()
+	return a.hub.Close()
+}
+
+// startWorkers starts n fan-out workers on db and returns a function that
+// stops them and waits until they have.
+func startWorkers(cfg Config, db *redisdb.DB, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range n {
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0})
+		wg.Go(func() { w.Run(ctx) })
+	}
+	return func() { cancel(); wg.Wait() }
+}

@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// openLogged makes the process's logger, which go-redis logs through too,
+// and opens its Redis (see openRedis).
+func openLogged(cfg Config, stderr io.Writer) (*slog.Logger, redis.UniversalClient, func(), error) {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redis.SetLogger(redisLogger{log})
+	client, closeRedis, err := openRedis(cfg.RedisURL, log)
+	return log, client, closeRedis, err
+}
+
+// openRedis connects to REDIS_URL, or starts the embedded Redis when it is
+// unset.
+func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), error) {
+	if url == "" {
+		m := miniredis.NewMiniRedis()
+		// Without it, the embedded Redis never expires keys: sessions,
+		// persisted queries and rate limits would last forever.
+		m.ClockTTL(true)
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		log.Warn("REDIS_URL is not set: using an embedded in-memory Redis. Data lives in memory only and is gone when Warble stops.")
+		// Its Lua runs in a fresh interpreter per call, far slower than
+		// redis-server's: a fan-out pipeline of a thousand calls may
+		// outlast the usual 3s read timeout.
+		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr(), ReadTimeout: 30 * time.Second}))
+		return client, func() { client.Close(); m.Close() }, nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	client := redis.NewClient(redisOptions(opts))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		log.Warn("redis does not answer yet; requests will fail until it does", "addr", opts.Addr, "err", err)
+	} else {
+		log.Info("connected to redis", "addr", opts.Addr, "db", opts.DB)
+	}
+	return client, func() { client.Close() }, nil
+}
+
+// redisOptions sets the go-redis settings that decide what a request does
+// when Redis is slow or gone, where opts leaves them unset (a REDIS_URL may
+// set them, e.g. ?dial_timeout=3s&max_retries=2), and returns opts.
+//
+// The aim is a prompt answer, never a hang. With Redis down, a request
+// fails at its first command, at once: dials are refused, and one dial per
+// try with one retry keeps go-redis from dialling 20 times per command
+// (its defaults: 5 attempts 100ms apart inside each of 4 tries, nearly 2s
+// against a refused port). A Redis that is up but does not answer is
+// given 3s per reply: a healthy one answers in well under a millisecond,
+// but a reply that waits behind a busy host's scheduler can take a second
+// or more, and a timeout there would retry a write that already happened.
+// The tests' server uses these settings too (see newTestServerOn), so the
+// end-to-end tests check them rather than go-redis's defaults.
+func redisOptions(opts *redis.Options) *redis.Options {
+	setDefault := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	// A connect to a reachable Redis takes microseconds; one that takes a
+	// second is to a host that is down or unreachable.
+	setDefault(&opts.DialTimeout, time.Second)
+	// One dial per try: the command's own retry below is the retry, and
+	// retries inside retries only multiply the wait when Redis is down.
+	if opts.DialerRetries == 0 {
+		opts.DialerRetries = 1
+	}
+	// A Redis that accepts commands and does not answer (stopped, swapping,
+	// blocked by a slow script) fails the command after this long.
+	setDefault(&opts.ReadTimeout, 3*time.Second)
+	setDefault(&opts.WriteTimeout, 3*time.Second)
+	// Waiting longer than this for a free connection means every pooled
+	// connection is stuck on a Redis that does not answer: fail rather
+	// than let requests pile up behind them.
+	setDefault(&opts.PoolTimeout, 4*time.Second)
+	// One retry covers a pooled connection that died between uses (Redis
+	// restarted, a proxy dropped it) when go-redis's idle check misses it.
+	// More would only multiply the wait when Redis is really gone, and
+	// each retry of a write that timed out may run it twice (so Warble's
+	// writes are idempotent: see the signup's username claim).
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 1
+	}
+	return opts
+}
+
+// redisLogger sends go-redis's own complaints (a connection pool that cannot
+// dial, a pub/sub reconnect) to slog, so that they carry its format and level.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,170 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/playground"
+)
+
+// maxBodyBytes bounds the body of an HTTP request to /graphql.
+const maxBodyBytes = 1 << 20
+
+// Run is the whole server: it reads the configuration, connects to Redis,
+// listens, and serves until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := ParseConfig(args, getenv)
+	if err != nil {
+		return err
+	}
+	log, client, closeRedis, err := openLogged(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	a := New(cfg, client, log)
+	defer a.Close()
+
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s for metrics: %w", cfg.MetricsAddr, err)
+		}
+		go a.serveMetrics(ctx, mln)
+	}
+
+	// Listen before serving, so that a taken port is an error here rather
+	// than a goroutine's lost complaint.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	return a.Serve(ctx, ln)
+}
+
+// RunWorkers is `warble worker`: FANOUT_WORKERS fan-out workers (at least
+// one) on the Redis at REDIS_URL, and no HTTP, until ctx ends. Any number of
+// these processes may run beside the servers.
+func RunWorkers(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := ParseConfig(args, getenv)
+	if err != nil {
+		return err
+	}
+	if cfg.RedisURL == "" {
+		return errors.New("warble worker needs REDIS_URL: the embedded Redis lives inside one server process")
+	}
+	log, client, closeRedis, err := openLogged(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	n := max(cfg.FanoutWorkers, 1)
+	stop := startWorkers(cfg, newDB(cfg, client, log, nil), n)
+	log.Info("fan-out workers running", "workers", n)
+	<-ctx.Done()
+	stop()
+	return nil
+}
+
+// Serve answers requests on ln until ctx ends, then stops accepting, ends
+// websocket subscriptions (their contexts derive from BaseContext) and waits
+// for requests in flight.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("warble is listening", "url", "http://"+ln.Addr().String(), "env", a.cfg.Env, "playground", a.cfg.Playground)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	cancelBase() // ends websockets, which Shutdown does not wait for
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// serveMetrics serves GET /metrics alone on ln until ctx ends, for METRICS
+// set to an address: a port that a firewall can keep private while the
+// main one is public.
+func (a *App) serveMetrics(ctx context.Context, ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	a.log.Info("metrics are listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		a.log.Error("serve metrics", "err", err)
+	}
+}
+
+// healthz answers 200 when Redis answers, 503 otherwise.
+func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := a.db.Ping(ctx); err != nil {
+		a.log.Warn("health check: redis unavailable", "err", err)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"status":"unavailable","redis":"down"}`+"\n")
+		return
+	}
+	io.WriteString(w, `{"status":"ok","redis":"up"}`+"\n")
+}
+
+// playgroundHandler serves GraphiQL pointed at /graphql.
+func playgroundHandler() http.Handler { return playground.Handler("Warble", "/graphql") }
+
+// limitBody refuses request bodies over maxBodyBytes with 413. It reads
+// the body itself, so that one without a Content-Length (chunked) that runs
+// over is refused the same way rather than failing inside gqlgen, which
+// reads whole bodies anyway.
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tooLarge := func() {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			io.WriteString(w, `{"errors":[{"message":"The request body is too large.","extensions":{"code":"BAD_USER_INPUT"}}]}`+"\n")
+		}
+		if r.ContentLength > maxBodyBytes {
+			tooLarge()
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			tooLarge()
+			return
+		} else if err != nil {
+			return // the client went away mid-body; there is no one to answer
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
