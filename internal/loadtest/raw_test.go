@@ -17,48 +17,27 @@ import (
 	"github.com/warble/warble/internal/warble"
 )
 
-// dumpForRawSeed renders every key but the sessions with its type and
-// value, password hashes checked against "password123" and then blanked
-// (their salts differ), for comparing a raw seed with the services' writes.
+// dumpForRawSeed is redistest.Snapshot less the sessions, with password
+// hashes checked against "password123" and then blanked (their salts
+// differ), for comparing a raw seed with the services' writes.
 func dumpForRawSeed(tb testing.TB, c redis.UniversalClient) map[string]string {
 	tb.Helper()
 	ctx := context.Background()
-	all, err := c.Keys(ctx, "*").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := make(map[string]string)
-	for _, k := range all {
+	out := redistest.Snapshot(tb, c)
+	for k, v := range out {
 		if strings.HasPrefix(k, "w:session:") || strings.HasSuffix(k, ":sessions") {
+			delete(out, k)
 			continue
 		}
-		typ := c.Type(ctx, k).Val()
-		var v any
-		switch typ {
-		case "string":
-			v = c.Get(ctx, k).Val()
-		case "hash":
-			h := c.HGetAll(ctx, k).Val()
-			if pw, ok := h["password"]; ok {
-				if bcrypt.CompareHashAndPassword([]byte(pw), []byte("password123")) != nil {
-					tb.Errorf("%s: password field is not a bcrypt hash of the password", k)
-				}
-				h["password"] = "<bcrypt>"
+		if !strings.HasPrefix(v, "hash ") {
+			continue
+		}
+		if pw := c.HGet(ctx, k, "password").Val(); pw != "" {
+			if bcrypt.CompareHashAndPassword([]byte(pw), []byte("password123")) != nil {
+				tb.Errorf("%s: password field is not a bcrypt hash of the password", k)
 			}
-			v = h
-		case "zset":
-			v = c.ZRangeWithScores(ctx, k, 0, -1).Val()
-		case "set":
-			m := c.SMembers(ctx, k).Val()
-			slices.Sort(m)
-			v = m
-		default:
-			v = "?"
+			out[k] = strings.ReplaceAll(v, pw, "<bcrypt>")
 		}
-		if c.TTL(ctx, k).Val() > 0 {
-			typ += " (expires)"
-		}
-		out[k] = fmt.Sprintf("%s %v", typ, v)
 	}
 	return out
 }

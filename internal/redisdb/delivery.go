@@ -14,24 +14,26 @@ import (
 // undoing on delete) reads and delivers to.
 const fanOutChunk = 1000
 
-// deliverScript adds a post to a follower's home timeline, trims it to its
-// cap and announces it, if the follower still follows the author: an
-// unfollow that ran while the fan-out was walking the followers has removed
-// the author's posts from the timeline already, and must not get one back.
-// A post that the timeline holds already (a repeated delivery) is not
-// announced again, nor is one older than everything the capped timeline
-// keeps (it is trimmed away at once). A follower not seen since the cutoff
-// is skipped: their timeline is rebuilt when they come back (see
-// inactive.go).
+// deliverScript adds a post to a timeline, trims it to its cap and
+// announces it. It is idempotent: a post that the timeline holds already (a
+// repeated delivery) is not announced again, nor is one older than
+// everything the capped timeline keeps (it is trimmed away at once).
 //
-// KEYS[1] -> w:u:{<follower>}:home
-// KEYS[2] -> w:u:{<follower>}:following
-// KEYS[3] -> w:u:{<follower>}:seen
+// For a follower's home timeline it is guarded: the post is added only if
+// the follower still follows the author (an unfollow that ran while the
+// fan-out was walking the followers has removed the author's posts from the
+// timeline already, and must not get one back), and a follower not seen
+// since the cutoff is skipped (their timeline is rebuilt when they come
+// back, see inactive.go). The global timeline, given alone, has no guards.
+//
+// KEYS[1] -> w:u:{<follower>}:home, or w:global
+// KEYS[2] -> w:u:{<follower>}:following (home timelines only)
+// KEYS[3] -> w:u:{<follower>}:seen (home timelines only)
 // ARGV[1] -> post seq
 // ARGV[2] -> post id
 // ARGV[3] -> author id
-// ARGV[4] -> home timeline cap
-// ARGV[5] -> the follower's home channel
+// ARGV[4] -> the timeline's cap
+// ARGV[5] -> the timeline's channel
 // ARGV[6] -> the added message
 // ARGV[7] -> the inactive cutoff, unix ms (0: none)
 //
@@ -39,12 +41,14 @@ const fanOutChunk = 1000
 // once, -1 if the follower does not follow the author, -2 if the follower
 // is inactive.
 var deliverScript = redis.NewScript(`
-if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
-	return -1
-end
-local seen = redis.call('GET', KEYS[3])
-if seen and tonumber(seen) < tonumber(ARGV[7]) then
-	return -2
+if #KEYS > 1 then
+	if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
+		return -1
+	end
+	local seen = redis.call('GET', KEYS[3])
+	if seen and tonumber(seen) < tonumber(ARGV[7]) then
+		return -2
+	end
 end
 if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
 	return 0
@@ -59,6 +63,14 @@ end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 `)
+
+// listGlobal queues on pipe the step that puts a post on the global
+// timeline. CreatePost runs it for a prompt read, and the post's fan-out job
+// again, for the guarantee.
+func (db *DB) listGlobal(ctx context.Context, pipe redis.Pipeliner, seqText, postID, added string) *redis.Cmd {
+	return deliverScript.EvalSha(ctx, pipe, []string{globalKey},
+		seqText, postID, "", db.opts.GlobalCap, globalChannel, added, 0)
+}
 
 // undeliverScript takes a post off one timeline (the global timeline or a
 // follower's home timeline) and announces the removal only if the timeline
@@ -75,35 +87,6 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 	return 0
 end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
-return 1
-`)
-
-// globalAddScript adds a post to the global timeline, trims the timeline
-// to its cap and announces the post. Like deliverScript it is idempotent:
-// a post the timeline holds already, or one older than everything the
-// capped timeline keeps, is not announced again. CreatePost runs it for a
-// prompt read, and the post's fan-out job again, for the guarantee.
-//
-// KEYS[1] -> w:global
-// ARGV[1] -> post seq
-// ARGV[2] -> post id
-// ARGV[3] -> the global timeline's cap
-// ARGV[4] -> the global channel
-// ARGV[5] -> the added message
-//
-// Returns 1 if the post was added, 0 otherwise.
-var globalAddScript = redis.NewScript(`
-if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-	return 0
-end
-local cap = tonumber(ARGV[3])
-if redis.call('ZCARD', KEYS[1]) > cap then
-	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
-	if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-		return 0
-	end
-end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
 
@@ -139,11 +122,10 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	var exists *redis.IntCmd
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		if from == startCursor {
-			globalAddScript.EvalSha(ctx, pipe, []string{globalKey},
-				seqText, postID, db.opts.GlobalCap, globalChannel, added)
+			db.listGlobal(ctx, pipe, seqText, postID, added)
 		}
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
-	}, globalAddScript)
+	}, deliverScript)
 	if err != nil {
 		return fmt.Errorf("list post %s: %w", postID, err)
 	} else if exists.Val() == 0 {

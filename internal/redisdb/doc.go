@@ -56,8 +56,8 @@
 //   - Redelivering that batch cannot duplicate anything: deliverScript adds
 //     by ZADD of the same member and score, and announces only when ZADD
 //     added, so a follower who has the post already gets neither a second
-//     entry nor a second POST_ADDED. The global timeline's step,
-//     globalAddScript, is idempotent the same way.
+//     entry nor a second POST_ADDED. The global timeline's step is the same
+//     script.
 //
 // Jobs are as durable as the Redis that holds them, like the posts
 // themselves.

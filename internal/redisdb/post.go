@@ -153,13 +153,12 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	var global *redis.Cmd
 	var author func() []*warble.User
 	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
-		global = globalAddScript.EvalSha(ctx, pipe, []string{globalKey},
-			seqText, id, s.db.opts.GlobalCap, globalChannel, added)
+		global = s.db.listGlobal(ctx, pipe, seqText, id, added)
 		if queued {
 			pipe.ZRem(ctx, outboxKey(authorID), job)
 		}
 		author = queueUsers(ctx, pipe, []string{authorID})
-	}, globalAddScript)
+	}, deliverScript)
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
 		gerr = global.Err()
