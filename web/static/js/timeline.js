@@ -24,7 +24,10 @@ const PAGE_SIZE = 20;
 export function liveTimeline({ app, signal, label, fetchPage, subscription, pickEvent, emptyText, onChange }) {
   const model = new TimelineModel();
   const elements = new Map(); // postId -> <article>
-  const list = h('div', { class: 'timeline-list', 'aria-label': label, role: 'feed', 'aria-busy': 'true', tabindex: '-1' });
+  // The list becomes a feed only once it holds posts: ARIA requires a feed
+  // to contain articles, and an empty one is announced as a broken widget.
+  // While empty, the empty state below says what there is to say.
+  const list = h('div', { class: 'timeline-list', 'aria-busy': 'true', tabindex: '-1' });
   const empty = h('p', { class: 'empty', hidden: true }, emptyText);
   const problem = h('div', { class: 'timeline-problem', hidden: true });
   const more = h('button', { type: 'button', class: 'button-secondary load-more', hidden: true, onclick: loadMore }, 'Load more');
@@ -53,6 +56,13 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
       else cursor = cursor.nextElementSibling;
     }
     list.setAttribute('aria-busy', 'false');
+    if (model.items.length > 0) {
+      list.setAttribute('role', 'feed');
+      list.setAttribute('aria-label', label);
+    } else {
+      list.removeAttribute('role');
+      list.removeAttribute('aria-label');
+    }
     empty.hidden = model.items.length > 0;
     more.hidden = !model.hasNextPage;
   }
