@@ -36,6 +36,9 @@ e2e('sign up, log out and log in again', () => env, async (t, scene) => {
 
   await page.getByRole('button', { name: 'Log out' }).click();
   await page.getByRole('button', { name: 'Log in' }).waitFor();
+  // A notice that what you asked for happened is a polite status, not an alert.
+  await page.getByRole('status').filter({ hasText: 'You are logged out.' }).waitFor();
+  assert.equal(await page.getByRole('alert').filter({ hasText: 'logged out' }).count(), 0, 'logging out is not an alert');
   assert.equal(await token(page), null, 'logging out forgets the token');
   assert.equal(new URL(page.url()).pathname, '/login');
 

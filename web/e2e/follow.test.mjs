@@ -38,6 +38,8 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
 
   await page.getByRole('button', { name: 'Follow', exact: true }).click();
   await page.getByRole('button', { name: 'Unfollow' }).waitFor();
+  await page.getByRole('status').filter({ hasText: `You follow @${gus.user.username}.` }).waitFor();
+  assert.equal(await page.getByRole('alert').filter({ hasText: 'You follow' }).count(), 0, 'a follow is not an alert');
   await header.getByText('3 followers').waitFor();
 
   // The followers tab lists Hal now; it is a deep link too.

@@ -96,6 +96,8 @@ e2e('deleting a post asks first and removes it live for everyone', () => env, as
   await onCy.getByRole('button', { name: 'Delete' }).click();
   await dialog.getByRole('button', { name: 'Delete' }).click();
   await onCy.waitFor({ state: 'detached' });
+  await cyPage.getByRole('status').filter({ hasText: 'Post deleted.' }).waitFor();
+  assert.equal(await cyPage.getByRole('alert').filter({ hasText: 'Post deleted.' }).count(), 0, 'a deletion is not an alert');
   await onDee.waitFor({ state: 'detached' });
   await cyPage.getByText('2 posts', { exact: true }).waitFor();
   assert.equal(await deePage.getByRole('article').filter({ hasText: 'Keep this one' }).count(), 1);
@@ -104,7 +106,7 @@ e2e('deleting a post asks first and removes it live for everyone', () => env, as
 e2e('the connection indicator is a status element that says Live', () => env, async (t, scene) => {
   const page = await scene.page({ path: '/explore' });
   await waitLive(page);
-  const status = page.getByRole('status');
+  const status = page.getByRole('status', { name: 'Connection' });
   assert.equal(await status.count(), 1);
   await eventually(async () => (await status.getAttribute('data-state')) === 'live');
 });

@@ -6,7 +6,7 @@ import { ConnectionState, GraphQLClient } from './graphql.js';
 import { LOGOUT, VIEWER } from './queries.js';
 import { Router } from './router.js';
 import { Session } from './session.js';
-import { notify, profileHref, refreshTimes } from './ui.js';
+import { notify, notifyError, profileHref, refreshTimes } from './ui.js';
 import { loginView, signupView } from './views/auth.js';
 import { exploreView } from './views/explore.js';
 import { homeView } from './views/home.js';
@@ -123,7 +123,7 @@ client.on('autherror', () => {
   session.signOut();
   client.reconnect();
   if (!started) return; // start() goes on signed out
-  notify('Your session has ended. Please log in again.');
+  notifyError('Your session has ended. Please log in again.');
   router.navigate('/login', { replace: true });
 });
 
@@ -148,7 +148,7 @@ async function start() {
     } catch (error) {
       // UNAUTHENTICATED already signed us out through "autherror"; other
       // errors leave the token for the next try but show the app signed out.
-      if (error.code !== 'UNAUTHENTICATED') notify('Warble could not check your session. Some things may not work.');
+      if (error.code !== 'UNAUTHENTICATED') notifyError('Warble could not check your session. Some things may not work.');
     }
   }
   started = true;

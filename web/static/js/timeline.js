@@ -5,7 +5,7 @@
 import { h } from './dom.js';
 import { describeError } from './errors.js';
 import { TimelineModel } from './timeline-model.js';
-import { postEl, confirmDialog, notify } from './ui.js';
+import { postEl, confirmDialog, notify, notifyError } from './ui.js';
 import { DELETE_POST } from './queries.js';
 
 const PAGE_SIZE = 20;
@@ -108,7 +108,7 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
         render();
       })
       .catch((error) => {
-        if (!signal.aborted) notify(describeError(error));
+        if (!signal.aborted) notifyError(describeError(error));
       })
       .finally(() => {
         const again = refetching.again;
@@ -130,7 +130,7 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
       const first = list.children[before];
       if (first && document.activeElement === more && more.hidden) first.focus();
     } catch (error) {
-      if (!signal.aborted) notify(describeError(error));
+      if (!signal.aborted) notifyError(describeError(error));
     } finally {
       more.disabled = false;
       more.textContent = 'Load more';
@@ -150,7 +150,7 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
       await app.client.request(DELETE_POST, { input: { postId: post.id } });
     } catch (error) {
       if (error.code !== 'NOT_FOUND') {
-        notify(describeError(error));
+        notifyError(describeError(error));
         return;
       }
       // Already gone (deleted in another tab): remove it here too.

@@ -112,13 +112,32 @@ export function confirmDialog({ title, text, confirmLabel, danger = false }) {
   });
 }
 
-/** A message in the page's alert region, cleared after a while. */
-let noticeTimer = null;
+/**
+ * Says that something the person did has happened ("Post deleted."). It
+ * goes to a polite status region: screen readers say it when they are done
+ * with what they are saying, without interrupting.
+ */
 export function notify(message) {
-  const region = document.getElementById('notices');
-  region.replaceChildren(h('p', { class: 'notice' }, message));
+  showNotice('status-notices', message);
+}
+
+/**
+ * Says that something went wrong. It goes to an alert region, which screen
+ * readers say at once: keep it for errors, or it loses its urgency.
+ */
+export function notifyError(message) {
+  showNotice('error-notices', message, 'notice notice-error');
+}
+
+// One notice shows at a time: a new one replaces the last, of either kind,
+// and each is cleared after a while.
+let noticeTimer = null;
+function showNotice(regionId, message, className = 'notice') {
+  for (const region of document.querySelectorAll('#status-notices, #error-notices')) {
+    region.replaceChildren(...(region.id === regionId ? [h('p', { class: className }, message)] : []));
+  }
   clearTimeout(noticeTimer);
-  noticeTimer = setTimeout(() => region.replaceChildren(), 8000);
+  noticeTimer = setTimeout(() => document.getElementById(regionId).replaceChildren(), 8000);
 }
 
 /** A heading that screens focus after navigation. */

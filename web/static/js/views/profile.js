@@ -5,7 +5,7 @@
 import { h, plural } from '../dom.js';
 import { describeError } from '../errors.js';
 import { liveTimeline } from '../timeline.js';
-import { avatar, notify, pageHeading, profileHref, userRow } from '../ui.js';
+import { avatar, notify, notifyError, pageHeading, profileHref, userRow } from '../ui.js';
 import {
   FOLLOW, FOLLOWERS, FOLLOWING, PROFILE, UNFOLLOW, USER_EVENTS, USER_POSTS,
 } from '../queries.js';
@@ -139,7 +139,7 @@ function followControl(app, user, isSelf, onChanged) {
       onChanged();
       notify(follow ? `You follow @${user.username}. Their posts are in your home timeline.` : `You no longer follow @${user.username}.`);
     } catch (error) {
-      notify(describeError(error));
+      notifyError(describeError(error));
     } finally {
       button.disabled = false;
       button.focus();
@@ -184,7 +184,7 @@ function userList(app, signal, { query, pick, username, emptyText }) {
       status.hidden = list.children.length > 0;
       status.textContent = emptyText;
     } catch (error) {
-      if (!signal.aborted) notify(describeError(error));
+      if (!signal.aborted) notifyError(describeError(error));
     } finally {
       more.disabled = false;
       list.setAttribute('aria-busy', 'false');
