@@ -31,7 +31,7 @@ for (const [how, signal] of [['a graceful restart', 'SIGTERM'], ['a crash and re
 
     await stack.killServer(signal);
     for (const page of [home, empty]) {
-      await page.getByRole('status').filter({ hasText: 'Reconnecting' }).waitFor();
+      await page.getByRole('status', { name: 'Connection' }).filter({ hasText: 'Offline' }).waitFor();
     }
 
     // Posts are written while the pages cannot hear about them, through a

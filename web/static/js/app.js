@@ -6,7 +6,7 @@ import { ConnectionState, GraphQLClient } from './graphql.js';
 import { LOGOUT, VIEWER } from './queries.js';
 import { Router } from './router.js';
 import { Session } from './session.js';
-import { notify, notifyError, profileHref, refreshTimes } from './ui.js';
+import { avatar, notify, notifyError, profileHref, refreshTimes } from './ui.js';
 import { loginView, signupView } from './views/auth.js';
 import { exploreView } from './views/explore.js';
 import { homeView } from './views/home.js';
@@ -65,8 +65,11 @@ function renderNav(path = location.pathname) {
 
   const account = document.getElementById('account');
   if (me) {
+    // The avatar rather than the name: a username of twenty characters
+    // would not fit beside the navigation in the content column.
     account.replaceChildren(
-      h('a', { class: 'account-name', href: profileHref(me.username) }, `@${me.username}`),
+      h('a', { class: 'account-avatar', href: profileHref(me.username), title: `Signed in as @${me.username}`, 'aria-label': `@${me.username}, your profile` },
+        avatar(me, 'sm')),
       h('button', { type: 'button', class: 'button-secondary button-small', onclick: logOut }, 'Log out'));
   } else {
     account.replaceChildren(
@@ -80,23 +83,31 @@ function isCurrent(href, path) {
   return path === href || path.startsWith(`${href}/`);
 }
 
+// The indicator speaks only while something on screen is live or trying to
+// be. With no subscription open (a visitor on the login page, a list of
+// followers) it is empty: "Not live" there would report a problem that
+// does not exist. The labels are short, to fit beside the navigation in the
+// content column; each state has a longer explanation on hover.
 const stateLabels = {
-  [ConnectionState.IDLE]: 'Not live',
+  [ConnectionState.IDLE]: '',
   [ConnectionState.CONNECTING]: 'Connecting…',
   [ConnectionState.LIVE]: 'Live',
-  [ConnectionState.RECONNECTING]: 'Reconnecting…',
+  [ConnectionState.RECONNECTING]: 'Offline',
   [ConnectionState.UNAUTHORIZED]: 'Signed out',
+};
+const stateTitles = {
+  [ConnectionState.IDLE]: '',
+  [ConnectionState.CONNECTING]: 'Opening the live connection.',
+  [ConnectionState.LIVE]: 'Live: timelines update as posts are written.',
+  [ConnectionState.RECONNECTING]: 'The live connection dropped. Reconnecting; posts written meanwhile will appear.',
+  [ConnectionState.UNAUTHORIZED]: 'The server ended this session.',
 };
 
 function renderConnection(state) {
   const el = document.getElementById('connection');
   el.dataset.state = state;
   el.querySelector('.connection-label').textContent = stateLabels[state];
-  el.title = state === ConnectionState.LIVE
-    ? 'Timelines update as posts are written.'
-    : state === ConnectionState.RECONNECTING
-      ? 'The live connection dropped. Retrying; posts written meanwhile will appear.'
-      : '';
+  el.title = stateTitles[state];
 }
 
 async function logOut() {
