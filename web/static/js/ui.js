@@ -75,8 +75,8 @@ export function postEl(post, { onDelete, live = false } = {}) {
       postBody(post.body)));
 }
 
-/** A row in a list of users. */
-export function userRow(user, { note } = {}) {
+/** A row in a list of users, with an optional control (a Follow button) at its end. */
+export function userRow(user, { note, action } = {}) {
   return h('li', { class: 'user-row' },
     h('a', { class: 'user-link', href: profileHref(user.username) },
       avatar(user),
@@ -84,7 +84,8 @@ export function userRow(user, { note } = {}) {
         h('span', { class: 'user-name' }, user.displayName),
         h('span', { class: 'user-handle' }, `@${user.username}`),
         note)),
-    user.followsViewer && h('span', { class: 'badge' }, 'Follows you'));
+    user.followsViewer && h('span', { class: 'badge' }, 'Follows you'),
+    action);
 }
 
 /**

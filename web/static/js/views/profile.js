@@ -4,11 +4,10 @@
 
 import { h, plural } from '../dom.js';
 import { describeError } from '../errors.js';
+import { followButton } from '../follow.js';
 import { liveTimeline } from '../timeline.js';
-import { avatar, notify, notifyError, pageHeading, profileHref, userRow } from '../ui.js';
-import {
-  FOLLOW, FOLLOWERS, FOLLOWING, PROFILE, UNFOLLOW, USER_EVENTS, USER_POSTS,
-} from '../queries.js';
+import { avatar, notifyError, pageHeading, profileHref, userRow } from '../ui.js';
+import { FOLLOWERS, FOLLOWING, PROFILE, USER_EVENTS, USER_POSTS } from '../queries.js';
 
 const joinedFormat = new Intl.DateTimeFormat(undefined, { month: 'long', year: 'numeric' });
 
@@ -122,31 +121,7 @@ function followControl(app, user, isSelf, onChanged) {
   if (isSelf) return h('span', { class: 'badge badge-self' }, 'This is you');
   if (!app.session.signedIn) return h('a', { class: 'button button-primary', href: '/login' }, 'Log in to follow');
 
-  const button = h('button', { type: 'button' });
-  const render = () => {
-    button.textContent = user.viewerIsFollowing ? 'Unfollow' : 'Follow';
-    button.className = user.viewerIsFollowing ? 'button-secondary' : 'button-primary';
-  };
-  button.addEventListener('click', async () => {
-    button.disabled = true;
-    const follow = !user.viewerIsFollowing;
-    try {
-      const data = await app.client.request(follow ? FOLLOW : UNFOLLOW, { input: { userId: user.id } });
-      const result = follow ? data.follow : data.unfollow;
-      user.viewerIsFollowing = result.user.viewerIsFollowing;
-      user.followersCount = result.user.followersCount;
-      render();
-      onChanged();
-      notify(follow ? `You follow @${user.username}. Their posts are in your home timeline.` : `You no longer follow @${user.username}.`);
-    } catch (error) {
-      notifyError(describeError(error));
-    } finally {
-      button.disabled = false;
-      button.focus();
-    }
-  });
-  render();
-  return button;
+  return followButton(app, user, { onChange: onChanged });
 }
 
 /** "Followed by 2 people you follow" and followers in common. */
