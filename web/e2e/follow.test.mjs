@@ -20,7 +20,7 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   await api.follow(jo.token, gus.user.id);
 
   const page = await scene.page({ token: hal.token });
-  await page.getByText('Your timeline is empty.').waitFor();
+  await page.getByText('Your timeline is empty').waitFor();
 
   // A deep link to the profile, with a reload to prove it is refresh-safe.
   await page.goto(`/u/${gus.user.username}`);
@@ -64,7 +64,7 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   await page.getByRole('button', { name: 'Unfollow' }).click();
   await page.getByRole('button', { name: 'Follow', exact: true }).waitFor();
   await page.goto('/');
-  await page.getByText('Your timeline is empty.').waitFor();
+  await page.getByText('Your timeline is empty').waitFor();
 });
 
 e2e('a follow made in another tab refreshes an open home timeline (RESYNC)', () => env, async (t, scene) => {

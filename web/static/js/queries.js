@@ -66,7 +66,7 @@ ${TIMELINE_FIELDS}`;
 
 export const NEWEST_USERS = `
 query NewestUsers($first: Int) {
-  newestUsers(first: $first) { id username displayName createdAt followersCount }
+  newestUsers(first: $first) { id username displayName createdAt followersCount viewerIsFollowing }
 }`;
 
 export const PROFILE = `

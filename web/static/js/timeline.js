@@ -18,17 +18,18 @@ const PAGE_SIZE = 20;
  * @param {(vars: {first, after}) => Promise<object>} options.fetchPage  resolves to a Timeline
  * @param {(after: string|null) => {query, variables}} options.subscription
  * @param {(data) => object} options.pickEvent  the TimelineEvent inside a subscription's data
- * @param {string} options.emptyText
+ * @param {Node|(() => Node)} options.empty  shown while there are no posts; a function
+ *   is called the first time it is needed, so that what it loads is loaded only then
  * @param {(change: string) => void} [options.onChange]  "added" or "removed", for counters
  */
-export function liveTimeline({ app, signal, label, fetchPage, subscription, pickEvent, emptyText, onChange }) {
+export function liveTimeline({ app, signal, label, fetchPage, subscription, pickEvent, empty: emptyContent, onChange }) {
   const model = new TimelineModel();
   const elements = new Map(); // postId -> <article>
   // The list becomes a feed only once it holds posts: ARIA requires a feed
   // to contain articles, and an empty one is announced as a broken widget.
   // While empty, the empty state below says what there is to say.
   const list = h('div', { class: 'timeline-list', 'aria-busy': 'true', tabindex: '-1' });
-  const empty = h('p', { class: 'empty', hidden: true }, emptyText);
+  const empty = h('div', { class: 'timeline-empty', hidden: true });
   const problem = h('div', { class: 'timeline-problem', hidden: true });
   const more = h('button', { type: 'button', class: 'button-secondary load-more', hidden: true, onclick: loadMore }, 'Load more');
   const element = h('div', { class: 'timeline' }, list, empty, problem, h('div', { class: 'load-more-row' }, more));
@@ -64,6 +65,9 @@ export function liveTimeline({ app, signal, label, fetchPage, subscription, pick
       list.removeAttribute('aria-label');
     }
     empty.hidden = model.items.length > 0;
+    if (!empty.hidden && !empty.firstChild) {
+      empty.append(typeof emptyContent === 'function' ? emptyContent() : emptyContent);
+    }
     more.hidden = !model.hasNextPage;
   }
 

@@ -88,6 +88,34 @@ export function userRow(user, { note, action } = {}) {
     action);
 }
 
+const SVG = 'http://www.w3.org/2000/svg';
+
+/** Warble's bird, as in the top bar, for decoration. */
+function birdMark() {
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', '0 0 32 32');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('focusable', 'false');
+  svg.setAttribute('class', 'empty-mark');
+  const path = document.createElementNS(SVG, 'path');
+  path.setAttribute('d', 'M6 19c0-7 5-12 12-12 3 0 5 1 6.5 2.5L29 8l-2.5 4.2C27 18 22 24 14 24l-8 2 2.5-4.5C7 21 6 20 6 19Z');
+  svg.append(path);
+  return svg;
+}
+
+/**
+ * What a screen shows when it has nothing to list: a heading that says so,
+ * then whatever helps (a sentence on what would appear here, a link to the
+ * place where one can change that). `children` are nodes or strings; a
+ * string becomes a paragraph.
+ */
+export function emptyState(title, ...children) {
+  return h('div', { class: 'empty-state' },
+    birdMark(),
+    h('h3', { class: 'empty-title' }, title),
+    children.map((child) => (typeof child === 'string' ? h('p', { class: 'empty-text' }, child) : child)));
+}
+
 /**
  * Asks a yes/no question in a modal <dialog> (focus is trapped in it and
  * Escape cancels, natively). Resolves to true when confirmed.

@@ -3,7 +3,7 @@
 import { h } from '../dom.js';
 import { describeError } from '../errors.js';
 import { liveTimeline } from '../timeline.js';
-import { pageHeading, userRow } from '../ui.js';
+import { emptyState, pageHeading, userRow } from '../ui.js';
 import { GLOBAL_EVENTS, GLOBAL_TIMELINE, NEWEST_USERS } from '../queries.js';
 
 export function exploreView(app, _params, signal) {
@@ -15,7 +15,10 @@ export function exploreView(app, _params, signal) {
     fetchPage: async (vars) => (await app.client.request(GLOBAL_TIMELINE, vars)).globalTimeline,
     subscription: (after) => ({ query: GLOBAL_EVENTS, variables: after ? { after } : {} }),
     pickEvent: (data) => data?.globalTimeline,
-    emptyText: 'Nobody has posted yet.',
+    empty: () => emptyState('Nobody has posted yet',
+      app.session.signedIn
+        ? h('p', { class: 'empty-text' }, 'Be the first: ', h('a', { href: '/' }, 'write a post on Home'), '.')
+        : h('p', { class: 'empty-text' }, h('a', { href: '/signup' }, 'Sign up'), ' and be the first to post.')),
   });
 
   const users = h('ul', { class: 'user-list', 'aria-busy': 'true' });
@@ -32,7 +35,7 @@ export function exploreView(app, _params, signal) {
     .then(({ newestUsers }) => {
       if (signal.aborted) return;
       users.replaceChildren(...newestUsers.map((user) => userRow(user)));
-      if (!newestUsers.length) users.append(h('li', { class: 'empty' }, 'No accounts yet.'));
+      if (!newestUsers.length) users.append(h('li', { class: 'empty-text' }, 'No accounts yet.'));
     })
     .catch((error) => {
       if (!signal.aborted) users.replaceChildren(h('li', { class: 'form-error' }, describeError(error)));

@@ -1,11 +1,14 @@
-// Home: the composer and the signed-in user's live home timeline.
+// Home: the composer and the signed-in user's live home timeline. A
+// newcomer's timeline is empty, so instead it says how to post and whom
+// one might follow.
 
 import { h, uniqueId } from '../dom.js';
 import { describeError } from '../errors.js';
+import { followButton } from '../follow.js';
 import { checkPost, MAX_POST_LENGTH } from '../text.js';
 import { liveTimeline } from '../timeline.js';
-import { avatar, pageHeading } from '../ui.js';
-import { CREATE_POST, HOME_EVENTS, HOME_TIMELINE } from '../queries.js';
+import { avatar, emptyState, pageHeading, userRow } from '../ui.js';
+import { CREATE_POST, HOME_EVENTS, HOME_TIMELINE, NEWEST_USERS } from '../queries.js';
 
 export function homeView(app, _params, signal) {
   if (!app.session.signedIn) return app.navigate('/login', { replace: true });
@@ -18,7 +21,7 @@ export function homeView(app, _params, signal) {
     fetchPage: async (vars) => (await app.client.request(HOME_TIMELINE, vars)).homeTimeline,
     subscription: (after) => ({ query: HOME_EVENTS, variables: after ? { after } : {} }),
     pickEvent: (data) => data?.homeTimeline,
-    emptyText: 'Your timeline is empty. Write your first post, or find people to follow in Explore.',
+    empty: () => welcome(app, signal),
   });
 
   app.main.append(
@@ -27,6 +30,48 @@ export function homeView(app, _params, signal) {
     h('section', { class: 'card timeline-card', 'aria-labelledby': 'home-heading' },
       h('h2', { id: 'home-heading', class: 'section-title' }, 'Home timeline'),
       timeline.element));
+}
+
+/**
+ * The empty home timeline: what it will show, how to post, and the newest
+ * accounts with Follow buttons. Following someone rewrites the timeline on
+ * the server, which sends a RESYNC, so their posts then appear by
+ * themselves and this goes away.
+ */
+function welcome(app, signal) {
+  const headingId = uniqueId('suggestions');
+  const list = h('ul', { class: 'user-list suggestions-list', 'aria-busy': 'true' });
+  const note = h('p', { class: 'empty-text', hidden: true });
+  app.client.request(NEWEST_USERS, { first: 10 })
+    .then(({ newestUsers }) => {
+      if (signal.aborted) return;
+      const others = newestUsers
+        .filter((user) => user.id !== app.session.viewer?.id && !user.viewerIsFollowing)
+        .slice(0, 5);
+      list.replaceChildren(...others.map((user) => userRow(user, { action: followButton(app, user, { inList: true }) })));
+      if (!others.length) {
+        note.textContent = 'Nobody else has joined yet. Newcomers will be listed in Explore.';
+        note.hidden = false;
+      }
+    })
+    .catch((error) => {
+      if (signal.aborted) return;
+      note.textContent = describeError(error);
+      note.hidden = false;
+    })
+    .finally(() => list.setAttribute('aria-busy', 'false'));
+
+  return emptyState('Your timeline is empty',
+    'Your home timeline shows your own posts and the posts of the people you follow, live, as they are written.',
+    h('ol', { class: 'empty-steps' },
+      h('li', {}, h('strong', {}, 'Write a post'), ' in the box above and press Post (or Ctrl+Enter). ',
+        'It shows here, on your profile and in the home timeline of everyone who follows you.'),
+      h('li', {}, h('strong', {}, 'Follow a few people'), ' and their posts fill this timeline.')),
+    h('section', { class: 'suggestions', 'aria-labelledby': headingId },
+      h('h4', { id: headingId, class: 'suggestions-title' }, 'New on Warble'),
+      list,
+      note,
+      h('p', { class: 'empty-text' }, 'More people and everyone’s posts are in ', h('a', { href: '/explore' }, 'Explore'), '.')));
 }
 
 /** The post form, with a live count of what the server will count. */

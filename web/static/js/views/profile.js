@@ -6,7 +6,7 @@ import { h, plural } from '../dom.js';
 import { describeError } from '../errors.js';
 import { followButton } from '../follow.js';
 import { liveTimeline } from '../timeline.js';
-import { avatar, notifyError, pageHeading, profileHref, userRow } from '../ui.js';
+import { avatar, emptyState, notifyError, pageHeading, profileHref, userRow } from '../ui.js';
 import { FOLLOWERS, FOLLOWING, PROFILE, USER_EVENTS, USER_POSTS } from '../queries.js';
 
 const joinedFormat = new Intl.DateTimeFormat(undefined, { month: 'long', year: 'numeric' });
@@ -95,7 +95,7 @@ export async function profileView(app, [username, tab = 'posts'], signal) {
         fetchPage: async (vars) => (await app.client.request(USER_POSTS, { username: user.username, ...vars })).user.posts,
         subscription: (after) => ({ query: USER_EVENTS, variables: after ? { username: user.username, after } : { username: user.username } }),
         pickEvent: (data) => data?.userPosts,
-        emptyText: isSelf ? 'You have not posted yet.' : `@${user.username} has not posted yet.`,
+        empty: () => emptyPosts(app, user, isSelf),
         onChange(change) {
           user.postsCount = Math.max(0, user.postsCount + (change === 'added' ? 1 : -1));
           renderCounts();
@@ -109,7 +109,7 @@ export async function profileView(app, [username, tab = 'posts'], signal) {
         query: following ? FOLLOWING : FOLLOWERS,
         pick: (data) => (following ? data.user.following : data.user.followers),
         username: user.username,
-        emptyText: following ? `@${user.username} does not follow anyone yet.` : `Nobody follows @${user.username} yet.`,
+        empty: () => (following ? emptyFollowing(user, isSelf) : emptyFollowers(user, isSelf)),
       }));
     }
   }
@@ -139,11 +139,42 @@ function connections(user) {
       common.totalCount > common.edges.length && ` and ${common.totalCount - common.edges.length} more`));
 }
 
-/** A paged list of users (followers or following). */
-function userList(app, signal, { query, pick, username, emptyText }) {
+/** What an empty Posts tab says, to its owner and to others. */
+function emptyPosts(app, user, isSelf) {
+  if (isSelf) {
+    return emptyState('You have not posted yet',
+      'Your posts show here, and in the home timeline of everyone who follows you.',
+      h('p', { class: 'empty-text' }, h('a', { href: '/' }, 'Write your first post'), ' on Home.'));
+  }
+  return emptyState(`@${user.username} has not posted yet`,
+    app.session.signedIn && !user.viewerIsFollowing
+      ? 'Follow them, and their posts will appear in your home timeline when they write.'
+      : 'Their posts will show here when they write.');
+}
+
+function emptyFollowers(user, isSelf) {
+  if (isSelf) {
+    return emptyState('Nobody follows you yet',
+      'The people who follow you see your posts in their home timeline. Posting, and following others, is how they find you.',
+      h('p', { class: 'empty-text' }, h('a', { href: '/explore' }, 'Find people in Explore'), '.'));
+  }
+  return emptyState(`Nobody follows @${user.username} yet`);
+}
+
+function emptyFollowing(user, isSelf) {
+  if (isSelf) {
+    return emptyState('You do not follow anyone yet',
+      'Follow people to see their posts in your home timeline as they write them.',
+      h('p', { class: 'empty-text' }, h('a', { href: '/explore' }, 'Find people in Explore'), '.'));
+  }
+  return emptyState(`@${user.username} does not follow anyone yet`);
+}
+
+/** A paged list of users (followers or following); `empty()` builds what shows when there are none. */
+function userList(app, signal, { query, pick, username, empty }) {
   const list = h('ul', { class: 'user-list', 'aria-busy': 'true' });
   const more = h('button', { type: 'button', class: 'button-secondary load-more', hidden: true }, 'Load more');
-  const status = h('p', { class: 'empty', hidden: true });
+  const status = h('div', { class: 'list-empty', hidden: true });
   let endCursor = null;
 
   async function load() {
@@ -157,7 +188,7 @@ function userList(app, signal, { query, pick, username, emptyText }) {
       endCursor = conn.pageInfo.endCursor ?? endCursor;
       more.hidden = !conn.pageInfo.hasNextPage;
       status.hidden = list.children.length > 0;
-      status.textContent = emptyText;
+      if (!status.hidden && !status.firstChild) status.append(empty());
     } catch (error) {
       if (!signal.aborted) notifyError(describeError(error));
     } finally {
