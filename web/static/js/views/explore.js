@@ -1,7 +1,10 @@
-// Explore: everyone's posts, live, and the newest accounts.
+// Explore: the newest accounts, then everyone's posts, live. It keeps the
+// same single column as Home, so that moving between the two does not
+// shift the page.
 
 import { h } from '../dom.js';
 import { describeError } from '../errors.js';
+import { followButton } from '../follow.js';
 import { liveTimeline } from '../timeline.js';
 import { emptyState, pageHeading, userRow } from '../ui.js';
 import { GLOBAL_EVENTS, GLOBAL_TIMELINE, NEWEST_USERS } from '../queries.js';
@@ -21,20 +24,25 @@ export function exploreView(app, _params, signal) {
         : h('p', { class: 'empty-text' }, h('a', { href: '/signup' }, 'Sign up'), ' and be the first to post.')),
   });
 
-  const users = h('ul', { class: 'user-list', 'aria-busy': 'true' });
-  app.main.append(h('div', { class: 'columns' },
-    h('section', { class: 'card timeline-card', 'aria-labelledby': 'explore-heading' },
-      pageHeading('Explore'),
-      h('h2', { id: 'explore-heading', class: 'section-title' }, 'Everyone’s posts'),
-      timeline.element),
-    h('aside', { class: 'card side', 'aria-labelledby': 'newest-heading' },
+  const users = h('ul', { class: 'user-list user-grid', 'aria-busy': 'true' });
+  app.main.append(
+    pageHeading('Explore', { hidden: true }),
+    h('section', { class: 'card newest', 'aria-labelledby': 'newest-heading' },
       h('h2', { id: 'newest-heading', class: 'section-title' }, 'New on Warble'),
-      users)));
+      users),
+    h('section', { class: 'card timeline-card', 'aria-labelledby': 'explore-heading' },
+      h('h2', { id: 'explore-heading', class: 'section-title' }, 'Everyone’s posts'),
+      timeline.element));
 
-  app.client.request(NEWEST_USERS, { first: 8 })
+  const viewerId = app.session.viewer?.id;
+  app.client.request(NEWEST_USERS, { first: 6 })
     .then(({ newestUsers }) => {
       if (signal.aborted) return;
-      users.replaceChildren(...newestUsers.map((user) => userRow(user)));
+      users.replaceChildren(...newestUsers.map((user) => userRow(user, {
+        action: !viewerId ? null
+          : user.id === viewerId ? h('span', { class: 'badge' }, 'You')
+            : followButton(app, user, { inList: true }),
+      })));
       if (!newestUsers.length) users.append(h('li', { class: 'empty-text' }, 'No accounts yet.'));
     })
     .catch((error) => {
