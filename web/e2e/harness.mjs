@@ -4,8 +4,9 @@
 // also when a test fails or the run is interrupted.
 
 import { spawn, execFile } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, mkdir, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -387,4 +388,62 @@ export function e2e(name, getEnv, fn, { timeout = 600_000 } = {}) {
 /** Waits until the page's live connection says Live. */
 export async function waitLive(page) {
   await page.getByRole('status').filter({ hasText: /^\s*Live\s*$/ }).waitFor();
+}
+
+// --- accessibility -----------------------------------------------------------------
+
+// axe-core runs inside the page. It is evaluated through the DevTools
+// protocol rather than added as a <script>, because the app's
+// Content-Security-Policy (script-src 'self') rightly refuses inline scripts.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/** The impacts that fail a test; minor and moderate findings are reported only. */
+const blockingImpacts = new Set(['serious', 'critical']);
+
+/**
+ * Runs axe-core on the page as it is now, in the light and the dark theme,
+ * and throws if it finds a serious or critical problem in either. The error
+ * lists each rule with its impact and the selectors of the elements that
+ * break it. `name` says which screen this is, for the report.
+ */
+export async function expectAccessible(page, name, { themes = ['light', 'dark'], exclude = [] } = {}) {
+  const wasDark = await page.evaluate(() => matchMedia('(prefers-color-scheme: dark)').matches);
+  const problems = [];
+  try {
+    for (const colorScheme of themes) {
+      await page.emulateMedia({ colorScheme });
+      // Styles follow the media query at once, but a frame lets any
+      // transition on colors settle before contrast is measured.
+      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
+      for (const violation of await axeViolations(page, exclude)) {
+        if (blockingImpacts.has(violation.impact)) problems.push({ ...violation, colorScheme });
+      }
+    }
+  } finally {
+    await page.emulateMedia({ colorScheme: wasDark ? 'dark' : 'light' });
+  }
+  if (problems.length) {
+    const lines = problems.map((v) => [
+      `  ${v.id} (${v.impact}, ${v.colorScheme} theme): ${v.help}`,
+      ...v.nodes.map((node) => `    ${node.target.join(' ')}\n      ${node.summary.replace(/\n\s*/g, '\n      ')}`),
+      `    ${v.helpUrl}`,
+    ].join('\n'));
+    throw new Error(`axe-core found ${problems.length} serious or critical problem(s) on ${name} (${page.url()}):\n${lines.join('\n')}`);
+  }
+}
+
+/** axe-core's violations on the page, trimmed to what a report needs. */
+async function axeViolations(page, exclude) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.evaluate(axeSource);
+  return page.evaluate(async (exclude) => {
+    const context = exclude.length ? { exclude: exclude.map((selector) => [selector]) } : document;
+    const results = await window.axe.run(context, { resultTypes: ['violations'] });
+    return results.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      helpUrl: v.helpUrl,
+      nodes: v.nodes.map((node) => ({ target: node.target.map(String), summary: node.failureSummary ?? '' })),
+    }));
+  }, exclude);
 }
