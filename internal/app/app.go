@@ -97,7 +97,9 @@ func New(cfg Config, client redis.UniversalClient, log *slog.Logger) *App {
 	mux.Handle("POST /graphql", api)
 	mux.Handle("OPTIONS /graphql", api)
 	if cfg.Playground {
-		mux.Handle("GET /playground", playgroundHandler())
+		playground := web.Playground("/graphql")
+		mux.Handle("GET /playground", playground)
+		mux.Handle("GET /playground/", playground)
 	}
 	mux.HandleFunc("GET /healthz", a.healthz)
 	if cfg.MetricsOn && cfg.MetricsAddr == "" {

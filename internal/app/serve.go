@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"github.com/99designs/gqlgen/graphql/playground"
 )
 
 // maxBodyBytes bounds the body of an HTTP request to /graphql.
@@ -137,9 +135,6 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	}
 	io.WriteString(w, `{"status":"ok","redis":"up"}`+"\n")
 }
-
-// playgroundHandler serves GraphiQL pointed at /graphql.
-func playgroundHandler() http.Handler { return playground.Handler("Warble", "/graphql") }
 
 // limitBody refuses request bodies over maxBodyBytes with 413. It reads
 // the body itself, so that one without a Content-Length (chunked) that runs
