@@ -397,14 +397,19 @@ export async function waitLive(page) {
 // Content-Security-Policy (script-src 'self') rightly refuses inline scripts.
 const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
-/** The impacts that fail a test; minor and moderate findings are reported only. */
+/**
+ * The impacts that fail a test. Minor and moderate findings do not: they
+ * are mostly best practices, some of them debatable, and a gate that fails
+ * on taste would soon be switched off.
+ */
 const blockingImpacts = new Set(['serious', 'critical']);
 
 /**
  * Runs axe-core on the page as it is now, in the light and the dark theme,
  * and throws if it finds a serious or critical problem in either. The error
  * lists each rule with its impact and the selectors of the elements that
- * break it. `name` says which screen this is, for the report.
+ * break it. `name` says which screen this is, for the report. Options:
+ * `themes` (default both) and `exclude`, CSS selectors of parts to leave out.
  */
 export async function expectAccessible(page, name, options = {}) {
   const report = await accessibilityReport(page, name, options);
