@@ -78,7 +78,7 @@ var noIntrospectionRule = core.Rule{
 }
 
 // selectionDepth returns how many levels of fields set nests, following
-// fragments. A fragment already being expanded on the current path is not
+// fragments and not counting inside introspection fields. A fragment already being expanded on the current path is not
 // entered again: cycles are NoFragmentCycles's to report.
 func selectionDepth(set ast.SelectionSet, expanding map[string]bool) int {
 	deepest := 0
@@ -86,6 +86,15 @@ func selectionDepth(set ast.SelectionSet, expanding map[string]bool) int {
 		d := 0
 		switch sel := sel.(type) {
 		case *ast.Field:
+			if sel.Name == "__schema" || sel.Name == "__type" {
+				// Introspection reads the schema in memory, and the
+				// standard introspection query, which every GraphQL tool
+				// sends, nests 15 levels to unwrap list and non-null
+				// types; gqlparser's MaxIntrospectionDepth rule bounds
+				// its costly part, the recursion through types' fields.
+				d = 1
+				break
+			}
 			d = 1 + selectionDepth(sel.SelectionSet, expanding)
 		case *ast.InlineFragment:
 			d = selectionDepth(sel.SelectionSet, expanding)

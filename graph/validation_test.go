@@ -101,3 +101,42 @@ func TestRefusedIntrospectionIsAClientError(t *testing.T) {
 		t.Errorf("introspection on: %+v", errs)
 	}
 }
+
+// TestStandardIntrospectionQueryPasses: the introspection query that
+// GraphQL tools send (graphql-js's getIntrospectionQuery, whose TypeRef
+// fragment unwraps eight levels of list and non-null) is not refused by the
+// depth limit, while an operation as deep in ordinary fields is.
+func TestStandardIntrospectionQueryPasses(t *testing.T) {
+	typeRef := "kind name"
+	for range 8 {
+		typeRef = "kind name ofType { " + typeRef + " }"
+	}
+	query := `query IntrospectionQuery {
+  __schema {
+    queryType { name } mutationType { name } subscriptionType { name }
+    types { ...FullType }
+    directives { name description locations args { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description
+  fields(includeDeprecated: true) { name description args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason }
+  inputFields { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type { ` + typeRef + ` }`
+	h := NewHandler(HandlerConfig{Resolver: &Resolver{}, Introspection: true, Logger: slog.New(slog.DiscardHandler)})
+	if errs := postQuery(t, h, query); len(errs) != 0 {
+		t.Fatalf("the standard introspection query: %+v", errs)
+	}
+	deep := "id"
+	for range MaxDepth {
+		deep = "author { " + deep + " }"
+	}
+	if errs := postQuery(t, h, "{ node(id: \"1:1\") { ... on Post { "+deep+" } } }"); len(errs) == 0 || errs[0].Extensions["code"] != "GRAPHQL_VALIDATION_FAILED" {
+		t.Fatalf("an operation nested past MaxDepth: %+v, want GRAPHQL_VALIDATION_FAILED", errs)
+	}
+}

@@ -57,8 +57,8 @@ e2e('the playground loads only from its own origin and runs queries and subscrip
   await run.waitFor();
   await page.locator('.graphiql-query-editor .CodeMirror').waitFor();
 
-  // It loaded the schema (the introspection query fits Warble's depth
-  // limit): the docs list the root types.
+  // It loaded the schema (GraphiQL's standard introspection query passes
+  // Warble's depth limit): the docs list the root types.
   await page.getByRole('button', { name: 'Show Documentation Explorer' }).click();
   await page.locator('.graphiql-doc-explorer').getByText('Subscription', { exact: true }).waitFor();
   await page.getByRole('button', { name: 'Hide Documentation Explorer' }).click();

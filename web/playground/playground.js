@@ -26,30 +26,12 @@ const graphiqlFetcher = GraphiQL.createFetcher({
   subscriptionUrl: subscriptionEndpoint.href,
 });
 
-// Warble refuses operations that nest fields more than 12 levels deep, and
-// the standard introspection query, which GraphiQL sends for its docs and
-// autocompletion, nests 15: its TypeRef fragment unwraps 8 levels of list
-// and non-null around every type. Warble's types are wrapped two or three
-// levels at most, so the playground asks the same question with a TypeRef
-// of 6 levels, which keeps the deepest path (a field's argument's type) at
-// 12. Everything else about the query is graphql-js's own.
-function typeRef(levels) {
-  return levels === 0 ? 'kind name' : `kind name ofType { ${typeRef(levels - 1)} }`;
-}
-const standardIntrospection = GraphiQL.GraphQL.getIntrospectionQuery();
-const typeRefStart = standardIntrospection.indexOf('fragment TypeRef on __Type');
-const introspectionQuery = typeRefStart < 0 ? standardIntrospection
-  : `${standardIntrospection.slice(0, typeRefStart)}fragment TypeRef on __Type { ${typeRef(6)} }\n`;
-
 // GraphiQL works out the operation's name, and whether it is a subscription
 // (which goes over the websocket), from its last parse of the editor, made a
 // moment after each change. Run straight after a paste, it would send the
 // previous operation's name, or a new subscription over HTTP. What counts is
 // the text being sent, so the fetcher parses that.
 function fetcher(params, options) {
-  if (params.operationName === 'IntrospectionQuery') {
-    return graphiqlFetcher({ ...params, query: introspectionQuery }, options);
-  }
   let documentAST;
   try {
     documentAST = GraphiQL.GraphQL.parse(params.query);
