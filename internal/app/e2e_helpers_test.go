@@ -58,7 +58,12 @@ func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change 
 	// The client has production's settings (see redisOptions), which
 	// decide how requests behave when Redis fails, and redistest's check
 	// of Redis Cluster hash slots.
-	client := redis.NewClient(redisOptions(rs.Options()))
+	var client redis.UniversalClient
+	if opts := rs.ClusterOptions(); opts != nil {
+		client = redis.NewClusterClient(clusterOptions(opts))
+	} else {
+		client = redis.NewClient(redisOptions(rs.Options()))
+	}
 	client.AddHook(redistest.NewSlotGuard(t))
 	t.Cleanup(func() { client.Close() })
 	a := New(cfg, client, log)

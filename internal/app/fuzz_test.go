@@ -15,13 +15,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +51,7 @@ const (
 type fuzzServer struct {
 	*testServer
 	client *http.Client
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	token  string
 }
 
@@ -195,7 +198,37 @@ func (fs *fuzzServer) state(t testing.TB) state {
 		st.digest = fmt.Sprint(snap) // fmt prints maps sorted
 		return st
 	}
-	res, err := fingerprintScript.Run(context.Background(), fs.rdb, nil, rateLimitPrefix, persistedQueryPrefix).Slice()
+	cc, ok := fs.rdb.(*redis.ClusterClient)
+	if !ok {
+		return fingerprint(t, fs.rdb)
+	}
+	// A script sees one node's keys: fingerprint each master, and the
+	// cluster by their digests in address order.
+	var mu sync.Mutex
+	byNode := map[string]state{}
+	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		st := fingerprint(t, m)
+		mu.Lock()
+		byNode[m.Options().Addr] = st
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("fingerprint of the cluster: %v", err)
+	}
+	var st state
+	for _, addr := range slices.Sorted(maps.Keys(byNode)) {
+		st.digest += byNode[addr].digest
+		st.persistedQueries += byNode[addr].persistedQueries
+		st.queued += byNode[addr].queued
+	}
+	return st
+}
+
+// fingerprint is the state of one Redis server.
+func fingerprint(t testing.TB, c redis.Scripter) state {
+	t.Helper()
+	res, err := fingerprintScript.Run(context.Background(), c, nil, rateLimitPrefix, persistedQueryPrefix).Slice()
 	if err != nil || len(res) != 3 {
 		t.Fatalf("fingerprint of Redis: %v %v", res, err)
 	}

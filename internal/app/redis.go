@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	neturl "net/url"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -38,6 +39,21 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr(), ReadTimeout: 30 * time.Second}))
 		return client, func() { client.Close(); m.Close() }, nil
 	}
+	if isClusterURL(url) {
+		opts, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		client := redis.NewClusterClient(clusterOptions(opts))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := client.Ping(ctx).Err(); err != nil {
+			log.Warn("redis cluster does not answer yet; requests will fail until it does", "addrs", opts.Addrs, "err", err)
+		} else {
+			log.Info("connected to redis cluster", "addrs", opts.Addrs)
+		}
+		return client, func() { client.Close() }, nil
+	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
@@ -51,6 +67,17 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 		log.Info("connected to redis", "addr", opts.Addr, "db", opts.DB)
 	}
 	return client, func() { client.Close() }, nil
+}
+
+// isClusterURL reports whether a REDIS_URL is in go-redis's cluster form,
+// redis://host:port?addr=host:port (one or more addr parameters), which
+// names nodes of a Redis Cluster; any other URL names one server.
+func isClusterURL(raw string) bool {
+	u, err := neturl.Parse(raw)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		return false
+	}
+	return u.Query().Has("addr")
 }
 
 // redisOptions sets the go-redis settings that decide what a request does
@@ -68,6 +95,28 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 // The tests' server uses these settings too (see newTestServerOn), so the
 // end-to-end tests check them rather than go-redis's defaults.
 func redisOptions(opts *redis.Options) *redis.Options {
+	setTimeoutDefaults(timeouts{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.PoolTimeout, &opts.DialerRetries, &opts.MaxRetries})
+	return opts
+}
+
+// clusterOptions is redisOptions for a Redis Cluster: the same settings,
+// which the cluster client hands to its client of each node. Only the
+// commands that it routes itself differ: one that meets a failed-over or
+// moved slot is sent again to the node that serves it now, up to
+// MaxRedirects times, as go-redis does by default.
+func clusterOptions(opts *redis.ClusterOptions) *redis.ClusterOptions {
+	setTimeoutDefaults(timeouts{&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.PoolTimeout, &opts.DialerRetries, &opts.MaxRetries})
+	return opts
+}
+
+// timeouts points at the settings that redisOptions and clusterOptions set
+// alike.
+type timeouts struct {
+	dial, read, write, pool   *time.Duration
+	dialerRetries, maxRetries *int
+}
+
+func setTimeoutDefaults(t timeouts) {
 	setDefault := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -75,29 +124,28 @@ func redisOptions(opts *redis.Options) *redis.Options {
 	}
 	// A connect to a reachable Redis takes microseconds; one that takes a
 	// second is to a host that is down or unreachable.
-	setDefault(&opts.DialTimeout, time.Second)
+	setDefault(t.dial, time.Second)
 	// One dial per try: the command's own retry below is the retry, and
 	// retries inside retries only multiply the wait when Redis is down.
-	if opts.DialerRetries == 0 {
-		opts.DialerRetries = 1
+	if *t.dialerRetries == 0 {
+		*t.dialerRetries = 1
 	}
 	// A Redis that accepts commands and does not answer (stopped, swapping,
 	// blocked by a slow script) fails the command after this long.
-	setDefault(&opts.ReadTimeout, 3*time.Second)
-	setDefault(&opts.WriteTimeout, 3*time.Second)
+	setDefault(t.read, 3*time.Second)
+	setDefault(t.write, 3*time.Second)
 	// Waiting longer than this for a free connection means every pooled
 	// connection is stuck on a Redis that does not answer: fail rather
 	// than let requests pile up behind them.
-	setDefault(&opts.PoolTimeout, 4*time.Second)
+	setDefault(t.pool, 4*time.Second)
 	// One retry covers a pooled connection that died between uses (Redis
 	// restarted, a proxy dropped it) when go-redis's idle check misses it.
 	// More would only multiply the wait when Redis is really gone, and
 	// each retry of a write that timed out may run it twice (so Warble's
 	// writes are idempotent: see the signup's username claim).
-	if opts.MaxRetries == 0 {
-		opts.MaxRetries = 1
+	if *t.maxRetries == 0 {
+		*t.maxRetries = 1
 	}
-	return opts
 }
 
 // redisLogger sends go-redis's own complaints (a connection pool that cannot

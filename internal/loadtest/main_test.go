@@ -293,7 +293,7 @@ func TestFanOutNotPushed(t *testing.T) {
 	// A "worker" that drops every job undone, as one that pulls would.
 	client := srv.Client(t)
 	dropJobs := func() {
-		keys, err := client.Keys(ctx, "*").Result()
+		keys, err := redistest.Keys(ctx, client, "*")
 		if err != nil {
 			t.Error(err)
 		}

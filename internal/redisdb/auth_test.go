@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -111,7 +112,7 @@ func TestSignupConcurrentSameName(t *testing.T) {
 	if wins != 1 {
 		t.Fatalf("%d of %d concurrent signups won, want 1", wins, n)
 	}
-	users, err := db.client.Keys(ctx, "w:u:{*}").Result()
+	users, err := redistest.Keys(ctx, db.client, "w:u:{*}")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestAuthSecretsNotStored(t *testing.T) {
 	}
 	secrets := []string{signup.Token, login.Token, password}
 
-	keys, err := db.client.Keys(ctx, "*").Result()
+	keys, err := redistest.Keys(ctx, db.client, "*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +549,7 @@ func TestSessionIndexIsPruned(t *testing.T) {
 func TestSignupSurvivesARetriedClaim(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
-	db.client.(*redis.Client).AddHook(sendTwice{match: func(cmd redis.Cmder) bool {
+	db.client.AddHook(sendTwice{match: func(cmd redis.Cmder) bool {
 		args := cmd.Args()
 		return cmd.Name() == "set" && len(args) > 3 && strings.EqualFold(fmt.Sprint(args[len(args)-1]), "nx")
 	}})

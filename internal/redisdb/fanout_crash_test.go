@@ -31,13 +31,13 @@ func TestFanOutWorkerProcess(t *testing.T) {
 	if os.Getenv(workerProcessEnv) != "1" {
 		t.Skip("the worker process of TestFanOutSurvivesKilledWorker")
 	}
-	opts, err := redis.ParseURL(os.Getenv("REDIS_URL"))
+	client, err := redistest.ClientForURL(os.Getenv("REDIS_URL"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	batch, _ := strconv.Atoi(os.Getenv("FANOUT_BATCH"))
 	idle, _ := time.ParseDuration(os.Getenv("FANOUT_CLAIM_IDLE"))
-	db := NewDB(redis.NewClient(opts), Options{AsyncFanOut: true, PullThreshold: -1})
+	db := NewDB(client, Options{AsyncFanOut: true, PullThreshold: -1})
 	NewWorker(db, WorkerOptions{Batch: batch, ClaimIdle: idle}).Run(context.Background())
 }
 

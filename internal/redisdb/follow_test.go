@@ -1046,7 +1046,7 @@ func TestFindCommonFollowersLargeSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter := &commandCounter{}
-	db.client.(*redis.Client).AddHook(counter)
+	db.client.AddHook(counter)
 	for _, tc := range []struct {
 		name           string
 		viewer, target string

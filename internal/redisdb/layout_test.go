@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -55,7 +56,7 @@ func TestLayout(t *testing.T) {
 	drainFanOut(t, db)
 
 	var lines []string
-	keys, err := db.client.Keys(ctx, "*").Result()
+	keys, err := redistest.Keys(ctx, db.client, "*")
 	if err != nil {
 		t.Fatal(err)
 	}

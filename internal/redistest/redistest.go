@@ -4,6 +4,9 @@
 // embedded in-memory Redis and logs that it did; with CI set, a missing
 // redis-server fails the test instead. REDISTEST_EMBEDDED=1 picks the
 // embedded Redis on purpose, to check that Warble's zero-setup mode works.
+// REDISTEST_CLUSTER=1 runs every test on one real 3-master Redis Cluster
+// that the test binary starts (see NewCluster), flushed between tests, so
+// that the same suites prove Warble on a cluster.
 package redistest
 
 import (
@@ -29,10 +32,11 @@ type Server struct {
 	// URL is a redis:// or unix:// URL of the server, as REDIS_URL takes it.
 	URL string
 
-	cmd  *exec.Cmd
-	mini *miniredis.Miniredis
-	dir  string
-	conf []string
+	cmd     *exec.Cmd
+	mini    *miniredis.Miniredis
+	cluster *Cluster
+	dir     string
+	conf    []string
 }
 
 // New returns a fresh, empty Redis for tb, stopped when tb ends. With
@@ -40,6 +44,13 @@ type Server struct {
 // packages must then not run in parallel: use go test -p 1.
 func New(tb testing.TB) *Server {
 	tb.Helper()
+	if OnCluster() {
+		c := sharedCluster(tb)
+		if err := c.Flush(context.Background()); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		return &Server{Network: "tcp", Addr: c.Masters()[0].Addr, URL: c.URL, cluster: c}
+	}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
 		if err != nil {
@@ -105,6 +116,18 @@ func newEmbedded(tb testing.TB) *Server {
 // Embedded reports whether s is the embedded in-memory Redis.
 func (s *Server) Embedded() bool { return s.mini != nil }
 
+// Cluster returns the Redis Cluster that s is, or nil if s is one server.
+func (s *Server) Cluster() *Cluster { return s.cluster }
+
+// skipOnCluster skips tb, saying why, when s is a cluster: tests that stop
+// and restart their server need one of their own.
+func (s *Server) skipOnCluster(tb testing.TB, what string) {
+	tb.Helper()
+	if s.cluster != nil {
+		tb.Skipf("redistest: %s needs a server of its own; on the shared cluster the failover tests cover it", what)
+	}
+}
+
 func (s *Server) start(tb testing.TB, bin string) {
 	tb.Helper()
 	s.cmd = exec.Command(bin, s.conf...)
@@ -138,6 +161,7 @@ func (s *Server) stop() {
 // Restart can bring it back at the same address (with no data).
 func (s *Server) Stop(tb testing.TB) {
 	tb.Helper()
+	s.skipOnCluster(tb, "Stop")
 	if s.mini != nil {
 		s.mini.Close()
 		return
@@ -151,6 +175,7 @@ func (s *Server) Stop(tb testing.TB) {
 // Restart starts a stopped server again at the same address.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
+	s.skipOnCluster(tb, "Restart")
 	if s.mini != nil {
 		if err := s.mini.Restart(); err != nil {
 			tb.Fatalf("redistest: restart: %v", err)
@@ -164,8 +189,12 @@ func (s *Server) Restart(tb testing.TB) {
 	s.start(tb, bin)
 }
 
-// Options returns go-redis options for the server.
+// Options returns go-redis options for the server; on a cluster, for its
+// first master alone (use ClusterOptions for the cluster).
 func (s *Server) Options() *redis.Options {
+	if s.cluster != nil {
+		return &redis.Options{Network: s.Network, Addr: s.Addr}
+	}
 	if os.Getenv("REDIS_URL") != "" && s.cmd == nil && s.mini == nil {
 		opts, _ := redis.ParseURL(s.URL)
 		return opts
@@ -180,19 +209,55 @@ func (s *Server) Options() *redis.Options {
 	return opts
 }
 
-// Client returns a new client of the server, closed when tb ends. It
-// carries a SlotGuard, so tb fails if an atomic step would not run on
-// Redis Cluster.
-func (s *Server) Client(tb testing.TB) *redis.Client {
+// ClusterOptions returns go-redis options for the cluster that s is, or nil
+// if s is one server.
+func (s *Server) ClusterOptions() *redis.ClusterOptions {
+	if s.cluster == nil {
+		return nil
+	}
+	return s.cluster.Options()
+}
+
+// Client returns a new client of the server, closed when tb ends: a
+// *redis.ClusterClient on a cluster, else a *redis.Client. It carries a
+// SlotGuard, so tb fails if an atomic step would not run on Redis Cluster.
+func (s *Server) Client(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
+	if s.cluster != nil {
+		return s.cluster.Client(tb)
+	}
 	c := redis.NewClient(s.Options())
 	c.AddHook(NewSlotGuard(tb))
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
+// ClientForURL returns a client for a URL that New's Server has: a cluster
+// client for a URL of go-redis's cluster form (with addr= parameters), else
+// a client of one server. Test helper processes use it to reach the
+// server of the test that started them.
+func ClientForURL(url string) (redis.UniversalClient, error) {
+	if strings.Contains(url, "addr=") {
+		opts, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opts), nil
+}
+
 // String describes the server for test logs.
-func (s *Server) String() string { return fmt.Sprintf("redis at %s %s", s.Network, s.Addr) }
+func (s *Server) String() string {
+	if s.cluster != nil {
+		return "redis cluster at " + s.URL
+	}
+	return fmt.Sprintf("redis at %s %s", s.Network, s.Addr)
+}
 
 // serverLog returns what a redis-server logged, less the lines every start
 // logs, or "" if nothing else is there.

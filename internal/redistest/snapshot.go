@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +17,7 @@ import (
 func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
 	tb.Helper()
 	ctx := context.Background()
-	keys, err := c.Keys(ctx, "*").Result()
+	keys, err := Keys(ctx, c, "*")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,4 +72,23 @@ func AssertUnchanged(tb testing.TB, c redis.Cmdable, before map[string]string, w
 			tb.Errorf("%s deleted key %s", what, k)
 		}
 	}
+}
+
+// Keys returns the keys that match pattern, as KEYS does, on every master
+// of a cluster.
+func Keys(ctx context.Context, c redis.Cmdable, pattern string) ([]string, error) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return c.Keys(ctx, pattern).Result()
+	}
+	var mu sync.Mutex
+	var keys []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		found, err := m.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, found...)
+		mu.Unlock()
+		return err
+	})
+	return keys, err
 }

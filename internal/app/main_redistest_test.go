@@ -1,0 +1,11 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/warble/warble/internal/redistest"
+)
+
+// TestMain stops the Redis Cluster that the tests share under
+// REDISTEST_CLUSTER=1 once they are done.
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -1,0 +1,7 @@
+package redistest
+
+import "testing"
+
+// TestMain stops the Redis Cluster that the tests share under
+// REDISTEST_CLUSTER=1 once they are done.
+func TestMain(m *testing.M) { Main(m) }
