@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -379,11 +380,11 @@ func TestStalledClientIsDisconnected(t *testing.T) {
 
 	rdb := s.redis.Client(t)
 	numSub := func() int64 {
-		n, err := rdb.PubSubNumSub(context.Background(), "w:ch:global").Result()
+		n, err := redistest.NumSub(context.Background(), rdb, "w:ch:{w:global}")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n["w:ch:global"]
+		return n
 	}
 	if n := numSub(); n != 1 {
 		t.Fatalf("subscribers of the global channel = %d, want the hub's 1", n)

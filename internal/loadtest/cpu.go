@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,11 +23,42 @@ type cpuMark struct {
 // markCPU reads Redis's INFO cpu (the main thread's user and system time,
 // or the whole process's on a Redis without those fields) and this
 // process's own CPU time from /proc (Linux only).
+//
+// On a cluster it adds up the masters' threads: a figure is then limited
+// by Redis when that sum nears the number of masters, or one master's
+// share nears 1 (which INFO of each master would tell; the sum is what the
+// report has room for).
 func markCPU(ctx context.Context, client redis.UniversalClient) cpuMark {
 	m := cpuMark{at: time.Now(), redis: -1, tool: procCPU()}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		total := time.Duration(0)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			t := redisCPU(ctx, node)
+			mu.Lock()
+			defer mu.Unlock()
+			if t < 0 || total < 0 {
+				total = -1
+			} else {
+				total += t
+			}
+			return nil
+		})
+		if err == nil {
+			m.redis = total
+		}
+		return m
+	}
+	m.redis = redisCPU(ctx, client)
+	return m
+}
+
+// redisCPU reads one Redis's main thread's CPU time (or its whole
+// process's on a Redis without those fields), -1 if it cannot.
+func redisCPU(ctx context.Context, client redis.Cmdable) time.Duration {
 	info, err := client.Info(ctx, "cpu").Result()
 	if err != nil {
-		return m
+		return -1
 	}
 	fields := map[string]float64{}
 	for _, line := range strings.Split(info, "\n") {
@@ -41,11 +73,11 @@ func markCPU(ctx context.Context, client redis.UniversalClient) cpuMark {
 		return x + y, ok1 && ok2
 	}
 	if s, ok := sum("used_cpu_user_main_thread", "used_cpu_sys_main_thread"); ok {
-		m.redis = time.Duration(s * float64(time.Second))
+		return time.Duration(s * float64(time.Second))
 	} else if s, ok := sum("used_cpu_user", "used_cpu_sys"); ok {
-		m.redis = time.Duration(s * float64(time.Second))
+		return time.Duration(s * float64(time.Second))
 	}
-	return m
+	return -1
 }
 
 // procCPU returns this process's user and system CPU time, from

@@ -139,12 +139,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil || !loopback(su.Hostname()) {
 		return fmt.Errorf("-url %q must be a loopback http URL", o.serverURL)
 	}
-	ropts, err := redis.ParseURL(o.redisURL)
+	client, addrs, err := openRedis(o.redisURL)
 	if err != nil {
 		return fmt.Errorf("-redis-url: %w", err)
 	}
-	if host, _, err := net.SplitHostPort(ropts.Addr); ropts.Network != "unix" && (err != nil || !loopback(host)) {
-		return fmt.Errorf("-redis-url %q must be on loopback", o.redisURL)
+	defer client.Close()
+	for _, a := range addrs {
+		if host, _, err := net.SplitHostPort(a.addr); a.network != "unix" && (err != nil || !loopback(host)) {
+			return fmt.Errorf("-redis-url %q must be on loopback", o.redisURL)
+		}
 	}
 	if o.users < 2 || o.runs < 1 || o.concurrency < 1 {
 		return errors.New("need -users >= 2, -runs >= 1, -concurrency >= 1")
@@ -152,15 +155,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.fanoutTimeout <= 0 {
 		o.fanoutTimeout = time.Minute
 	}
-	client := redis.NewClient(ropts)
-	defer client.Close()
-	if n, err := client.DBSize(ctx).Result(); err != nil {
+	if n, err := client.DBSize(ctx).Result(); err != nil { // every master's, on a cluster
 		return fmt.Errorf("redis: %w", err)
 	} else if n > 0 {
 		if !o.flush {
-			return fmt.Errorf("redis at %s holds %d keys; pass -flush to empty it", ropts.Addr, n)
+			return fmt.Errorf("redis at %s holds %d keys; pass -flush to empty it", o.redisURL, n)
 		}
-		if err := client.FlushDB(ctx).Err(); err != nil {
+		if err := flush(ctx, client); err != nil {
 			return err
 		}
 	}
@@ -413,4 +414,39 @@ func joinInts(v []int) string {
 // used by the report: the runtime the tool ran on.
 func machine() string {
 	return fmt.Sprintf("%s/%s, %d CPUs (GOMAXPROCS %d)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+}
+
+// endpoint is a Redis address as go-redis dials it.
+type endpoint struct{ network, addr string }
+
+// openRedis connects to a Redis URL as the server reads REDIS_URL: a URL
+// of go-redis's cluster form (with addr= parameters) names a Redis
+// Cluster, any other one server. It returns the addresses the URL names.
+func openRedis(raw string) (redis.UniversalClient, []endpoint, error) {
+	if u, err := url.Parse(raw); err == nil && u.Query().Has("addr") {
+		opts, err := redis.ParseClusterURL(raw)
+		if err != nil {
+			return nil, nil, err
+		}
+		var addrs []endpoint
+		for _, a := range opts.Addrs {
+			addrs = append(addrs, endpoint{"tcp", a})
+		}
+		return redis.NewClusterClient(opts), addrs, nil
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return redis.NewClient(opts), []endpoint{{opts.Network, opts.Addr}}, nil
+}
+
+// flush empties the Redis (every master of a cluster).
+func flush(ctx context.Context, client redis.UniversalClient) error {
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FlushDB(ctx).Err()
+		})
+	}
+	return client.FlushDB(ctx).Err()
 }

@@ -389,7 +389,7 @@ func (s *AuthService) LogoutEverywhere(ctx context.Context, userID string) (int,
 	}
 	pipe.SRem(ctx, sessionsKey(userID), members...)
 	for _, h := range hashes {
-		pipe.Publish(ctx, revokedChannel, h)
+		s.db.publish(ctx, pipe, revokedChannel, h)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, fmt.Errorf("logout everywhere of %s: %w", userID, err)
@@ -416,7 +416,7 @@ func (s *AuthService) Logout(ctx context.Context, sess *warble.Session) error {
 	if err != nil {
 		return fmt.Errorf("logout of %s: %w", sess.UserID, err)
 	}
-	if err := s.db.client.Publish(ctx, revokedChannel, sess.TokenHash).Err(); err != nil {
+	if err := s.db.publish(ctx, s.db.client, revokedChannel, sess.TokenHash).Err(); err != nil {
 		return fmt.Errorf("logout of %s: announce revocation: %w", sess.UserID, err)
 	}
 	return nil

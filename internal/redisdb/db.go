@@ -61,6 +61,12 @@ type DB struct {
 	log    *slog.Logger
 	seen   seenCache // see Seen
 	jobs   jobWatch  // wakes this process's idle fan-out workers
+	// sharded is set on a Redis Cluster: timeline events then go out by
+	// SPUBLISH to shard channels, which only the master of the channel's
+	// slot carries, where a classic PUBLISH would reach every node of the
+	// cluster (see Hub). One Redis keeps classic pub/sub: there it costs
+	// the same, and the embedded Redis has no SPUBLISH.
+	sharded bool
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.
@@ -92,7 +98,8 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	if opts.PullThreshold == 0 {
 		opts.PullThreshold = DefaultPullThreshold
 	}
-	return &DB{client: client, opts: opts, log: opts.Logger}
+	_, sharded := client.(*redis.ClusterClient)
+	return &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
 }
 
 // Client returns the Redis client, for health checks.

@@ -40,7 +40,7 @@ const fanOutChunk = 1000
 // Returns 1 if the post was added, 0 if it was there already or trimmed at
 // once, -1 if the follower does not follow the author, -2 if the follower
 // is inactive.
-var deliverScript = redis.NewScript(`
+var deliverScript = newPubScript(`
 if #KEYS > 1 then
 	if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
 		return -1
@@ -68,7 +68,7 @@ return 1
 // timeline. CreatePost runs it for a prompt read, and the post's fan-out job
 // again, for the guarantee.
 func (db *DB) listGlobal(ctx context.Context, pipe redis.Pipeliner, seqText, postID, added string) *redis.Cmd {
-	return deliverScript.EvalSha(ctx, pipe, []string{globalKey},
+	return db.pub(deliverScript).EvalSha(ctx, pipe, []string{globalKey},
 		seqText, postID, "", db.opts.GlobalCap, globalChannel, added, 0)
 }
 
@@ -82,7 +82,7 @@ func (db *DB) listGlobal(ctx context.Context, pipe redis.Pipeliner, seqText, pos
 // ARGV[3] -> the removed message
 //
 // Returns 1 if the post was removed, 0 if the timeline did not hold it.
-var undeliverScript = redis.NewScript(`
+var undeliverScript = newPubScript(`
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 	return 0
 end
@@ -125,7 +125,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			db.listGlobal(ctx, pipe, seqText, postID, added)
 		}
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
-	}, deliverScript)
+	}, db.pub(deliverScript))
 	if err != nil {
 		return fmt.Errorf("list post %s: %w", postID, err)
 	} else if exists.Val() == 0 {
@@ -181,11 +181,11 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = cmds[:0]
 				for _, f := range followers {
-					cmds = append(cmds, deliverScript.EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
+					cmds = append(cmds, db.pub(deliverScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
 						seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
 				}
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
-			}, deliverScript)
+			}, db.pub(deliverScript))
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 				return
@@ -299,9 +299,9 @@ func (db *DB) undeliver(ctx context.Context, followers []string, seq int64, post
 	removed := encodeRemoved(seq, postID)
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for _, f := range followers {
-			undeliverScript.EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
+			db.pub(undeliverScript).EvalSha(ctx, pipe, []string{homeKey(f)}, postID, homeChannel(f), removed)
 		}
-	}, undeliverScript)
+	}, db.pub(undeliverScript))
 	if err != nil {
 		return fmt.Errorf("undeliver post %s: %w", postID, err)
 	}
@@ -312,8 +312,8 @@ func (db *DB) undeliver(ctx context.Context, followers []string, seq int64, post
 // removal if the timeline held it.
 func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error {
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-		undeliverScript.EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, encodeRemoved(seq, postID))
-	}, undeliverScript)
+		db.pub(undeliverScript).EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, encodeRemoved(seq, postID))
+	}, db.pub(undeliverScript))
 	if err != nil {
 		return fmt.Errorf("take post %s off the global timeline: %w", postID, err)
 	}

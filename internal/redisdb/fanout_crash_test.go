@@ -3,8 +3,10 @@ package redisdb
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,27 +87,12 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 		t.Fatal(err)
 	}
 
-	// Count what every home channel hears, on a connection of its own.
-	ps := db.client.PSubscribe(ctx, homeChannel("*"))
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		t.Fatal(err)
+	// Count what every home channel hears, on connections of their own.
+	homes := make([]string, n)
+	for i := range n {
+		homes[i] = homeChannel(follower(i))
 	}
-	var mu sync.Mutex
-	heard := make(map[string]int)
-	marker := homeChannel("marker")
-	markerHeard := make(chan struct{})
-	go func() {
-		for msg := range ps.Channel(redis.WithChannelSize(n + 10)) {
-			if msg.Channel == marker {
-				close(markerHeard)
-				return
-			}
-			mu.Lock()
-			heard[msg.Channel]++
-			mu.Unlock()
-		}
-	}()
+	hear := hearChannels(t, db, homes)
 
 	p, err := NewPostService(db).CreatePost(ctx, ada.ID, "to fifty thousand")
 	if err != nil {
@@ -195,16 +182,9 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 		t.Errorf("%d of %d followers hold the post", got, n)
 	}
 
-	// Every home channel heard the post exactly once: the marker comes
-	// after every announcement on the subscription's connection.
-	db.client.Publish(ctx, marker, "marker")
-	select {
-	case <-markerHeard:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the marker was not heard")
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	// Every home channel heard the post exactly once: the markers come
+	// after every announcement on the subscriptions' connections.
+	heard := hear()
 	twice, never := 0, 0
 	for i := range n {
 		switch heard[homeChannel(follower(i))] {
@@ -225,4 +205,113 @@ func parseCursorText(s string) (int, error) {
 	score, _, _ := strings.Cut(s, " ")
 	f, err := strconv.ParseFloat(score, 64)
 	return int(f), err
+}
+
+// hearChannels counts the messages on channels from now on, on connections
+// of its own, and returns a func that waits until everything published
+// before it was called has arrived and returns the counts by channel. On
+// one Redis that is one pattern subscription; on a cluster, where shard
+// channels have no patterns, one connection per master subscribes to the
+// channels of its slots, and a marker on each connection tells when it has
+// delivered everything.
+func hearChannels(t *testing.T, db *DB, channels []string) func() map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	heard := make(map[string]int)
+	type conn struct {
+		ps       *redis.PubSub
+		marker   string
+		channels []string
+	}
+	var conns []*conn
+	if cc, ok := db.client.(*redis.ClusterClient); ok {
+		byAddr := map[string]*conn{}
+		var clients []*redis.Client
+		connOf := func(channel string) *conn {
+			m, err := cc.MasterForKey(ctx, channel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := m.Options().Addr
+			c := byAddr[addr]
+			if c == nil {
+				client := redis.NewClient(&redis.Options{Addr: m.Options().Addr})
+				clients = append(clients, client)
+				c = &conn{ps: client.SSubscribe(ctx)}
+				byAddr[addr] = c
+				conns = append(conns, c)
+			}
+			return c
+		}
+		for _, ch := range channels {
+			c := connOf(ch)
+			c.channels = append(c.channels, ch)
+		}
+		for i := 0; slices.ContainsFunc(conns, func(c *conn) bool { return c.marker == "" }); i++ {
+			marker := "marker:{" + strconv.Itoa(i) + "}"
+			if c := connOf(marker); c.marker == "" {
+				c.marker = marker
+			}
+		}
+		t.Cleanup(func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		})
+	} else {
+		conns = []*conn{{ps: db.client.PSubscribe(ctx, homeChannel("*")), marker: homeChannel("marker")}}
+	}
+	var markers sync.WaitGroup
+	for _, c := range conns {
+		t.Cleanup(func() { c.ps.Close() })
+		msgs := c.ps.ChannelWithSubscriptions(redis.WithChannelSize(len(channels) + 10))
+		want := 1 // a pattern
+		if db.sharded {
+			want = len(c.channels) + 1
+			// One channel per SSUBSCRIBE: on a cluster, the channels of
+			// one command must share a slot.
+			for _, ch := range append(c.channels, c.marker) {
+				if err := c.ps.SSubscribe(ctx, ch); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for want > 0 { // the confirmations
+			if _, ok := (<-msgs).(*redis.Subscription); ok {
+				want--
+			}
+		}
+		markers.Add(1)
+		go func() {
+			for m := range msgs {
+				msg, ok := m.(*redis.Message)
+				if !ok {
+					continue
+				}
+				if msg.Channel == c.marker {
+					markers.Done()
+					return
+				}
+				mu.Lock()
+				heard[msg.Channel]++
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() map[string]int {
+		for _, c := range conns {
+			db.publish(ctx, db.client, c.marker, "marker")
+		}
+		done := make(chan struct{})
+		go func() { markers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the markers were not heard")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(heard)
+	}
 }

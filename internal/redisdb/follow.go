@@ -382,7 +382,7 @@ func (s *FollowService) newestInHome(ctx context.Context, userID string) (int64,
 // unfollow rewrote it. Pub/sub is at most once anyway, so a failure is
 // logged, not returned: the follow itself is done.
 func (s *FollowService) publishResync(ctx context.Context, userID string, newest int64) {
-	if err := s.db.client.Publish(ctx, homeChannel(userID), encodeResync(newest)).Err(); err != nil {
+	if err := s.db.publish(ctx, s.db.client, homeChannel(userID), encodeResync(newest)).Err(); err != nil {
 		s.db.log.WarnContext(ctx, "publish home timeline resync", "user", userID, "err", err)
 	}
 }

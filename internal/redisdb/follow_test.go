@@ -377,22 +377,10 @@ func TestFollowPublishesResync(t *testing.T) {
 	b := addPost(t, db, bob)
 	c := addPost(t, db, cal)
 
-	sub := db.client.Subscribe(ctx, homeChannel(ada), homeChannel(eve))
-	defer sub.Close()
-	for range 2 {
-		if _, err := sub.Receive(ctx); err != nil { // subscriptions confirmed
-			t.Fatal(err)
-		}
-	}
-	// The deadline only keeps a broken build from hanging; it asserts nothing.
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	sub := listen(t, db, homeChannel(ada), homeChannel(eve))
 	next := func() string {
 		t.Helper()
-		msg, err := sub.ReceiveMessage(rctx)
-		if err != nil {
-			t.Fatalf("no message: %v", err)
-		}
+		msg := nextMessage(t, sub)
 		return msg.Channel + " " + msg.Payload
 	}
 	want := func(userID string, seq int64) string { return homeChannel(userID) + " " + encodeResync(seq) }

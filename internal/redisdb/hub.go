@@ -16,11 +16,11 @@ import (
 )
 
 // Hub implements warble.LiveService over one Redis pub/sub connection per
-// process, shared by every subscription (see "Live timelines" in the package
-// documentation).
+// process (on a cluster, at most one per master), shared by every
+// subscription (see "Live timelines" in the package documentation and
+// hub_conns.go).
 type Hub struct {
 	db      *DB
-	ps      *redis.PubSub
 	id      string        // tells this hub's markers from other processes'
 	markers atomic.Uint64 // markers published so far
 
@@ -47,6 +47,16 @@ type Hub struct {
 	pullSeen bool // pullChannel was confirmed once
 
 	seenEvery time.Duration // how often a live home timeline records its owner as seen
+
+	// The connections (see hub_conns.go): single on one Redis; on a
+	// cluster, conns by master address, connOf by channel, the channels
+	// that could not be subscribed yet (with whether they need a RESYNC
+	// when they are), and a request to check the slots.
+	single     *hubConn
+	conns      map[string]*hubConn
+	connOf     map[string]*hubConn
+	orphans    map[string]bool
+	slotsMoved chan struct{}
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -82,14 +92,15 @@ func NewHub(db *DB) *Hub {
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
 		routes:       make(map[string]map[*hubChannel]struct{}),
 		seenEvery:    db.seenEvery(),
+		conns:        make(map[string]*hubConn),
+		connOf:       make(map[string]*hubConn),
+		orphans:      make(map[string]bool),
+		slotsMoved:   make(chan struct{}, 1),
 	}
-	// client.Subscribe does not wait for Redis: the confirmation arrives
-	// through the channel below, and go-redis retries the subscription
-	// when it reconnects.
-	h.ps = db.client.Subscribe(ctx, revokedChannel, pullChannel)
-	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(pubsubBuffer))
-	h.wg.Add(1)
-	go h.read(msgs)
+	// Subscribing does not wait for Redis: the confirmation arrives
+	// through the connection's reader, and go-redis retries the
+	// subscription when it reconnects.
+	h.openConns()
 	return h
 }
 
@@ -116,7 +127,15 @@ func (h *Hub) Close() error {
 	for _, w := range watches {
 		w.cancel()
 	}
-	err := h.ps.Close()
+	var err error
+	if h.single != nil {
+		err = h.single.ps.Close()
+	}
+	h.mu.Lock()
+	for _, c := range h.conns {
+		h.closeConn(c)
+	}
+	h.mu.Unlock()
 	h.wg.Wait()
 	return err
 }
@@ -212,12 +231,12 @@ func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
 // read hands what the pub/sub connection receives to the channels. It never
 // waits on Redis or on a subscriber, so that one slow channel cannot hold
 // up the others or the connection.
-func (h *Hub) read(msgs <-chan any) {
+func (h *Hub) read(c *hubConn, msgs <-chan any) {
 	defer h.wg.Done()
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			h.confirmed(m)
+			h.confirmed(c, m)
 		case *redis.Message:
 			if m.Channel == revokedChannel {
 				h.revoke(m.Payload)

@@ -173,7 +173,7 @@ func (ch *hubChannel) start(resync bool) {
 	marker := markerPrefix + h.id + ":" + strconv.FormatUint(h.markers.Add(1), 10)
 	for attempt := 0; ; attempt++ {
 		ch.refresh()
-		newest, err := startScript.Run(h.ctx, h.db.client, []string{ch.key}, ch.name, marker).Text()
+		newest, err := h.db.pub(startScript).Run(h.ctx, h.db.client, []string{ch.key}, ch.name, marker).Text()
 		var pulled int64
 		if err == nil {
 			pulled, err = h.db.newestPulled(h.ctx, ch.pulled)
@@ -326,7 +326,7 @@ func (ch *hubChannel) dispatch(e *hubEvent) {
 // ARGV[2] -> the marker message
 //
 // Returns the newest seq in the timeline, "0" if it is empty.
-var startScript = redis.NewScript(`
+var startScript = newPubScript(`
 local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return top[2] or '0'
@@ -413,9 +413,9 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 		// once more. If that fails too, Redis is out of reach: the
 		// subscriptions waiting for the channel fail at once, as any
 		// request does then, rather than wait for Redis to come back.
-		err := h.ps.Subscribe(h.ctx, channel)
+		err := h.subscribe(channel, false)
 		if err != nil {
-			err = h.ps.Subscribe(h.ctx, channel)
+			err = h.subscribe(channel, false)
 		}
 		if err != nil {
 			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
@@ -457,8 +457,11 @@ func (h *Hub) unregister(sub *subscriber) {
 }
 
 func (h *Hub) unsubscribe(channel string) {
-	h.pending[channel] = append(h.pending[channel], pendingCommand{})
-	if err := h.ps.Unsubscribe(h.ctx, channel); err != nil {
+	if h.single != nil {
+		// On a cluster each connection counts its own (see hubConn).
+		h.pending[channel] = append(h.pending[channel], pendingCommand{})
+	}
+	if err := h.unsubscribeConn(channel); err != nil {
 		h.db.log.Warn("unsubscribe from timeline channel", "channel", channel, "err", err)
 	}
 }
@@ -508,7 +511,7 @@ func (h *Hub) addRoute(ch *hubChannel, channel string) {
 	h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true})
 	// On a failed write go-redis reconnects and subscribes again to the
 	// channels it knows, this one included.
-	if err := h.ps.Subscribe(h.ctx, channel); err != nil {
+	if err := h.subscribe(channel, false); err != nil {
 		h.db.log.Warn("subscribe to pulled account's channel", "channel", channel, "err", err)
 	}
 }

@@ -7,6 +7,7 @@ import "github.com/redis/go-redis/v9"
 type pendingCommand struct {
 	subscribe bool
 	ch        *hubChannel
+	resync    bool // the channel moved to another master: its listeners get a RESYNC
 }
 
 // confirmed handles Redis's confirmation of a SUBSCRIBE or UNSUBSCRIBE.
@@ -19,13 +20,25 @@ type pendingCommand struct {
 // still pending were sent on the dead connection, whose confirmations will
 // never come: go-redis sends the SUBSCRIBEs again itself, and those of
 // channels still wanted are confirmed as a reconnect's.
-func (h *Hub) confirmed(m *redis.Subscription) {
-	subscribe := m.Kind == "subscribe"
-	if !subscribe && m.Kind != "unsubscribe" {
+//
+// On a cluster each connection tells its own reconnects by its anchor
+// channel (see hubConn), and a confirmation for a channel that has moved to
+// another connection meanwhile is of no interest. An unsubscribe that we
+// did not ask for is Redis dropping the channel, as a master does when its
+// slot goes elsewhere: the channel is subscribed again where the slot is
+// now, with a RESYNC.
+func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
+	subscribe := m.Kind == "subscribe" || m.Kind == "ssubscribe"
+	if !subscribe && m.Kind != "unsubscribe" && m.Kind != "sunsubscribe" {
 		return
 	}
 	h.mu.Lock()
-	if subscribe && m.Count == 1 {
+	if c.anchor != "" {
+		if !h.confirmedOnCluster(c, m, subscribe) {
+			h.mu.Unlock()
+			return
+		}
+	} else if subscribe && m.Count == 1 {
 		clear(h.pending)
 	}
 	if m.Channel == pullChannel {
@@ -50,7 +63,7 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 		return
 	}
 	ch := h.channels[m.Channel]
-	target, ours := h.popPending(m.Channel, subscribe)
+	p, ours := h.popPending(m.Channel, subscribe)
 	if subscribe {
 		for sink := range h.routes[m.Channel] {
 			sink.post(wakeMessage)
@@ -61,8 +74,8 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 		return
 	}
 	switch {
-	case ours && target == ch:
-		ch.signal(false)
+	case ours && p.ch == ch:
+		ch.signal(p.resync)
 	case !ours:
 		ch.signal(true)
 	}
@@ -72,7 +85,7 @@ func (h *Hub) confirmed(m *redis.Subscription) {
 
 // popPending takes the oldest pending command of the given kind on channel
 // and reports whether there was one.
-func (h *Hub) popPending(channel string, subscribe bool) (*hubChannel, bool) {
+func (h *Hub) popPending(channel string, subscribe bool) (pendingCommand, bool) {
 	queue := h.pending[channel]
 	for i, c := range queue {
 		if c.subscribe == subscribe {
@@ -83,8 +96,49 @@ func (h *Hub) popPending(channel string, subscribe bool) (*hubChannel, bool) {
 			} else {
 				delete(h.pending, channel)
 			}
-			return c.ch, true
+			return c, true
 		}
 	}
-	return nil, false
+	return pendingCommand{}, false
+}
+
+// confirmedOnCluster handles what is particular to a confirmation on a
+// cluster connection, and reports whether confirmed goes on with it.
+// Callers hold h.mu.
+func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe bool) bool {
+	if m.Channel == c.anchor {
+		if subscribe && c.anchored {
+			// The connection was made anew: the commands still pending
+			// were sent on the dead one. Its channels are subscribed
+			// again one by one (see hubConn), where their slots are
+			// now (the master may have failed over meanwhile), and
+			// their listeners get a RESYNC.
+			for channel := range c.channels {
+				delete(h.pending, channel)
+				delete(h.connOf, channel)
+				h.orphans[channel] = true
+			}
+			clear(c.channels)
+			h.checkSlots()
+		}
+		c.anchored = c.anchored || subscribe
+		return false
+	}
+	if !subscribe {
+		if c.unsubs[m.Channel] > 0 {
+			if c.unsubs[m.Channel]--; c.unsubs[m.Channel] == 0 {
+				delete(c.unsubs, m.Channel)
+			}
+		} else if h.connOf[m.Channel] == c {
+			// Redis dropped it: its slot went to another master.
+			delete(h.connOf, m.Channel)
+			delete(c.channels, m.Channel)
+			h.orphans[m.Channel] = true
+			h.checkSlots()
+		}
+		return false
+	}
+	// A confirmation for a channel that left this connection (it moved)
+	// is of no interest.
+	return h.connOf[m.Channel] == c
 }

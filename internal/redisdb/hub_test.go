@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -410,9 +409,7 @@ func TestHubSubscriptionsEnd(t *testing.T) {
 
 	waitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= baseline })
 	waitFor(t, "Redis to drop the channels", func() bool {
-		chans, err := db.client.PubSubChannels(ctx, "*").Result()
-		slices.Sort(chans)
-		return err == nil && slices.Equal(chans, []string{pullChannel, revokedChannel})
+		return slices.Equal(serverChannels(t, db), []string{pullChannel, revokedChannel})
 	})
 	// The hub forgets each UNSUBSCRIBE once Redis confirms it.
 	waitFor(t, "the hub to hold no channels and no pending commands", func() bool {
@@ -430,9 +427,9 @@ func hubChannels(h *Hub) int {
 }
 
 // TestHubOneConnection checks that all subscriptions share one pub/sub
-// connection.
+// connection: on a cluster, one per master at most, on which Redis counts
+// each channel once.
 func TestHubOneConnection(t *testing.T) {
-	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	requireRealRedis(t, db)
 	h := newTestHub(t, db)
@@ -440,25 +437,23 @@ func TestHubOneConnection(t *testing.T) {
 		mustSubscribe(t, h, warble.UserFeed(strconv.Itoa(1+i%10)), nil)
 	}
 	mustSubscribe(t, h, warble.GlobalFeed(), nil)
-	clients, err := db.client.Do(ctx, "client", "list", "type", "pubsub").Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubsubConns := 0
-	for _, line := range strings.Split(strings.TrimSpace(clients), "\n") {
-		if strings.TrimSpace(line) != "" {
-			pubsubConns++
+	conns := pubsubConns(t, db)
+	total := 0
+	for addr, n := range conns {
+		if n > 1 {
+			t.Errorf("%d pub/sub connections to %s, want at most 1", n, addr)
 		}
+		total += n
 	}
-	if pubsubConns != 1 {
-		t.Errorf("%d pub/sub connections, want 1:\n%s", pubsubConns, clients)
+	if !db.sharded && total != 1 {
+		t.Errorf("%d pub/sub connections, want 1", total)
 	}
-	counts, err := db.client.PubSubNumSub(ctx, globalChannel, userChannel("1"), revokedChannel).Result()
-	if err != nil {
-		t.Fatal(err)
+	if db.sharded && (total < 2 || total > len(conns)) {
+		// The 11 channels and the hub's own fall on more than one master.
+		t.Errorf("%d pub/sub connections to %d nodes, want one to each master that has channels", total, len(conns))
 	}
-	for ch, n := range counts {
-		if n != 1 {
+	for _, ch := range []string{globalChannel, userChannel("1"), userChannel("7"), revokedChannel, pullChannel} {
+		if n := numSub(t, db, ch); n != 1 {
 			t.Errorf("%s has %d subscribers on Redis, want 1", ch, n)
 		}
 	}
@@ -472,7 +467,7 @@ func TestHubWatchSession(t *testing.T) {
 	revoked, _ := h.WatchSession(ctx, "abc")
 	parent, cancelParent := context.WithCancel(ctx)
 	other, _ := h.WatchSession(parent, "def")
-	if err := db.client.Publish(ctx, revokedChannel, "abc").Err(); err != nil {
+	if err := db.publish(ctx, db.client, revokedChannel, "abc").Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -523,7 +518,6 @@ func TestHubWatchSession(t *testing.T) {
 // go-redis reconnects, and the subscribers, who may have lost messages,
 // get a RESYNC, then live events again.
 func TestHubReconnect(t *testing.T) {
-	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	requireRealRedis(t, db)
 	h := newTestHub(t, db)
@@ -532,7 +526,7 @@ func TestHubReconnect(t *testing.T) {
 	global := mustSubscribe(t, h, warble.GlobalFeed(), nil)
 	user := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
 
-	if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+	if err := killPubsubConns(db); err != nil {
 		t.Fatal(err)
 	}
 	for _, events := range []<-chan *warble.TimelineEvent{global, user} {
@@ -571,7 +565,7 @@ func TestHubReconnectChecksSessions(t *testing.T) {
 			}
 		}
 	}
-	if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+	if err := killPubsubConns(db); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -693,7 +687,7 @@ func TestHubChurn(t *testing.T) {
 	ada := mustSignup(t, db, "ada")
 	for i := range 200 {
 		if i == 100 {
-			if err := db.client.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+			if err := killPubsubConns(db); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -717,8 +711,7 @@ func TestHubChurn(t *testing.T) {
 		break
 	}
 	waitFor(t, "Redis to hold one subscription to the channel", func() bool {
-		n, err := db.client.PubSubNumSub(ctx, userChannel(ada.ID)).Result()
-		return err == nil && n[userChannel(ada.ID)] == 1
+		return numSub(t, db, userChannel(ada.ID)) == 1
 	})
 }
 
@@ -739,7 +732,7 @@ func TestHubLateAdd(t *testing.T) {
 		db.client.HSet(ctx, postKey(ada.ID, strconv.FormatInt(seq, 10)), "body", "post", "createdAt", "1")
 		db.client.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
 		if publish {
-			db.client.Publish(ctx, globalChannel, encodeAdded(seq, id))
+			db.publish(ctx, db.client, globalChannel, encodeAdded(seq, id))
 		}
 	}
 	add(101, false)
@@ -749,8 +742,8 @@ func TestHubLateAdd(t *testing.T) {
 			t.Fatalf("event = %s at %d, want POST_ADDED at %d", ev.Kind, eventSeq(t, ev), want)
 		}
 	}
-	db.client.Publish(ctx, globalChannel, encodeAdded(101, ada.ID+":101")) // dispatched already
-	add(100, true)                                                         // too late
+	db.publish(ctx, db.client, globalChannel, encodeAdded(101, ada.ID+":101")) // dispatched already
+	add(100, true)                                                             // too late
 	add(103, true)
 	if ev := nextEvent(t, events); ev.Kind != warble.Resync || eventSeq(t, ev) != 102 {
 		t.Fatalf("event = %s at %d, want RESYNC at 102", ev.Kind, eventSeq(t, ev))

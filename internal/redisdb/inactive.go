@@ -116,7 +116,7 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 // ARGV[3..] -> post seq, post id, author id, …
 //
 // Returns how many posts were added.
-var rebuildScript = redis.NewScript(`
+var rebuildScript = newPubScript(`
 local added = 0
 for i = 3, #ARGV, 3 do
 	if redis.call('ZSCORE', KEYS[2], ARGV[i + 2]) then
@@ -168,7 +168,7 @@ func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) erro
 	for _, e := range entries {
 		args = append(args, strconv.FormatInt(e.seq, 10), e.postID, postAuthor(e.postID))
 	}
-	added, err := rebuildScript.Run(ctx, db.client, []string{homeKey(userID), followingKey(userID)}, args...).Int()
+	added, err := db.pub(rebuildScript).Run(ctx, db.client, []string{homeKey(userID), followingKey(userID)}, args...).Int()
 	if err != nil {
 		return fmt.Errorf("rebuild home of %s: %w", userID, err)
 	}

@@ -78,11 +78,7 @@ func TestInactiveFollowersSkipped(t *testing.T) {
 
 			// A listener on the home channel (another tab's hub, say) hears
 			// the rebuild as a RESYNC message.
-			ps := db.client.Subscribe(ctx, homeChannel(away))
-			t.Cleanup(func() { ps.Close() })
-			if _, err := ps.Receive(ctx); err != nil {
-				t.Fatal(err)
-			}
+			ps := listen(t, db, homeChannel(away))
 			if _, err := NewAuthService(db).Login(ctx, warble.LoginInput{Username: "away", Password: "password123"}); err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +87,7 @@ func TestInactiveFollowersSkipped(t *testing.T) {
 				t.Fatalf("home after coming back = %v, want %v", got, want)
 			}
 			select {
-			case m := <-ps.Channel():
+			case m := <-ps:
 				if m.Payload != encodeResync(missed[2].Seq) {
 					t.Fatalf("home channel got %q, want a RESYNC at the newest post", m.Payload)
 				}

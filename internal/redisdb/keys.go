@@ -29,7 +29,12 @@ const (
 	// removed: its pulled posts are merged into home timelines for good.
 	pullAuthorsKey = prefix + "pull"
 
-	globalChannel  = prefix + "ch:global"  // PUBSUB  events of the global timeline
+	// globalChannel carries the events of the global timeline. It carries
+	// the global timeline's key as its hash tag, so that on a cluster it
+	// is a shard channel of that key's slot, where the scripts that write
+	// the timeline publish on it: w:ch:{w:global}.
+	globalChannel = prefix + "ch:{" + globalKey + "}"
+
 	revokedChannel = prefix + "ch:revoked" // PUBSUB  hashes of revoked session tokens
 	pullChannel    = prefix + "ch:pull"    // PUBSUB  ids of accounts added to pullAuthorsKey
 )
@@ -97,11 +102,14 @@ func rateKey(kind, subject string) string { return prefix + "rl:" + kind + ":" +
 // w:{fanout}:cursor:<entry id>.
 func fanoutCursorKey(entryID string) string { return prefix + "{fanout}:cursor:" + entryID }
 
-// homeChannel carries the events of one user's home timeline: w:ch:home:<id>.
-func homeChannel(userID string) string { return prefix + "ch:home:" + userID }
+// homeChannel carries the events of one user's home timeline, with the
+// user's hash tag, so that on a cluster it is a shard channel of the home
+// timeline's slot: w:ch:{<id>}:home.
+func homeChannel(userID string) string { return prefix + "ch:{" + userID + "}:home" }
 
-// userChannel carries the events of one user's own posts: w:ch:user:<id>.
-func userChannel(userID string) string { return prefix + "ch:user:" + userID }
+// userChannel carries the events of one user's own posts, in the slot of
+// their posts: w:ch:{<id>}:user.
+func userChannel(userID string) string { return prefix + "ch:{" + userID + "}:user" }
 
 // Layout names keys of the data layout for programs outside this package
 // that read or write Redis directly: the load tool, which seeds large graphs

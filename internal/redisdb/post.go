@@ -49,7 +49,7 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // ARGV[9] -> the outbox entry of the fan-out job, or "" for none
 //
 // Returns 1.
-var createPostScript = redis.NewScript(`
+var createPostScript = newPubScript(`
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
@@ -81,7 +81,7 @@ return 1
 // ARGV[6] -> now, unix ms
 //
 // Returns 1 if the post was deleted, 0 if there was no such post.
-var deletePostScript = redis.NewScript(`
+var deletePostScript = newPubScript(`
 if redis.call('DEL', KEYS[1]) == 0 then
 	return 0
 end
@@ -129,7 +129,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if s.db.opts.AsyncFanOut {
 		job = outboxEntry(opDeliver, id)
 	}
-	err = createPostScript.Run(ctx, s.db.client,
+	err = s.db.pub(createPostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
 		seqText, id, body, msString(createdAt), s.db.opts.HomeCap,
 		userChannel(authorID), homeChannel(authorID), added, job).Err()
@@ -158,7 +158,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 			pipe.ZRem(ctx, outboxKey(authorID), job)
 		}
 		author = queueUsers(ctx, pipe, []string{authorID})
-	}, deliverScript)
+	}, s.db.pub(deliverScript))
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
 		gerr = global.Err()
@@ -210,7 +210,7 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	if s.db.opts.AsyncFanOut {
 		job = outboxEntry(opUndeliver, postID)
 	}
-	n, err := deletePostScript.Run(ctx, s.db.client,
+	n, err := s.db.pub(deletePostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
 		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now())).Int64()
 	if err != nil {

@@ -238,11 +238,7 @@ func TestFanOutIdempotent(t *testing.T) {
 	mustFollow(t, db, bob.ID, ada.ID)
 	p := mustCreatePost(t, db, ada.ID, "hello")
 
-	ps := db.client.Subscribe(ctx, homeChannel(bob.ID))
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil { // the confirmation
-		t.Fatal(err)
-	}
+	ps := listen(t, db, homeChannel(bob.ID))
 	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -254,12 +250,8 @@ func TestFanOutIdempotent(t *testing.T) {
 	}
 	// A marker published after the repeated delivery must be the first
 	// message: the delivery announced nothing.
-	db.client.Publish(ctx, homeChannel(bob.ID), "marker")
-	msg, err := ps.ReceiveMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if msg.Payload != "marker" {
+	db.publish(ctx, db.client, homeChannel(bob.ID), "marker")
+	if msg := nextMessage(t, ps); msg.Payload != "marker" {
 		t.Errorf("repeated delivery published %q", msg.Payload)
 	}
 }
@@ -340,8 +332,8 @@ func TestCreatePostWhenGlobalScriptFails(t *testing.T) {
 	db := newAsyncTestDB(t)
 	ada := mustSignup(t, db, "ada")
 	db.client.AddHook(failScriptLoad{})
-	scriptLoads.Delete(deliverScript)
-	t.Cleanup(func() { scriptLoads.Delete(deliverScript) })
+	scriptLoads.Delete(db.pub(deliverScript))
+	t.Cleanup(func() { scriptLoads.Delete(db.pub(deliverScript)) })
 	p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "still here")
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func (db *DB) pullInstead(ctx context.Context, authorID, postID string) (bool, e
 	if added == 1 {
 		db.log.InfoContext(ctx, "account's posts are pulled from now on", "user", authorID,
 			"followers", n, "threshold", db.opts.PullThreshold, "post", postID)
-		if err := db.client.Publish(ctx, pullChannel, authorID).Err(); err != nil {
+		if err := db.publish(ctx, db.client, pullChannel, authorID).Err(); err != nil {
 			// Hubs pick the author up at their next refresh instead.
 			db.log.WarnContext(ctx, "announce pulled account", "user", authorID, "err", err)
 		}

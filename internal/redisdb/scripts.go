@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -50,4 +51,36 @@ func runScripts(ctx context.Context, c redis.UniversalClient, fill func(redis.Pi
 			return err
 		}
 	}
+}
+
+// pubScript is a Lua script that announces what it wrote on a timeline
+// channel, in the two forms of Redis pub/sub: classic PUBLISH, and the
+// sharded SPUBLISH of Redis 7 that a cluster needs (see DB.sharded). Its
+// source is written with PUBLISH; the sharded form is the same source with
+// SPUBLISH. A channel it publishes on carries the hash tag of the keys it
+// writes (see keys.go), which SPUBLISH in a script requires on a cluster.
+type pubScript struct{ classic, sharded *redis.Script }
+
+func newPubScript(src string) pubScript {
+	return pubScript{
+		classic: redis.NewScript(src),
+		sharded: redis.NewScript(strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")),
+	}
+}
+
+// pub returns the form of s that db's Redis takes.
+func (db *DB) pub(s pubScript) *redis.Script {
+	if db.sharded {
+		return s.sharded
+	}
+	return s.classic
+}
+
+// publish announces message on channel through c (db's client or a
+// pipeline of it), as the scripts do: SPUBLISH on a cluster, else PUBLISH.
+func (db *DB) publish(ctx context.Context, c redis.Cmdable, channel string, message any) *redis.IntCmd {
+	if db.sharded {
+		return c.SPublish(ctx, channel, message)
+	}
+	return c.Publish(ctx, channel, message)
 }

@@ -92,3 +92,21 @@ func Keys(ctx context.Context, c redis.Cmdable, pattern string) ([]string, error
 	})
 	return keys, err
 }
+
+// NumSub returns how many subscribers Redis counts on channel: a classic
+// channel on one server; on a cluster, the shard channel on the master of
+// its slot, the only node that knows them.
+func NumSub(ctx context.Context, c redis.UniversalClient, channel string) (int64, error) {
+	var counts map[string]int64
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		m, merr := cc.MasterForKey(ctx, channel)
+		if merr != nil {
+			return 0, merr
+		}
+		counts, err = m.PubSubShardNumSub(ctx, channel).Result()
+	} else {
+		counts, err = c.PubSubNumSub(ctx, channel).Result()
+	}
+	return counts[channel], err
+}
