@@ -231,28 +231,7 @@ func (c *Cluster) Flush(ctx context.Context) error {
 
 // NodeOf returns the node that serves key's slot now, as the cluster says.
 func (c *Cluster) NodeOf(ctx context.Context, key string) (*ClusterNode, error) {
-	slot := Slot(key)
-	for _, node := range c.Nodes {
-		if node.cmd == nil {
-			continue
-		}
-		nc := node.client()
-		slots, err := nc.ClusterSlots(ctx).Result()
-		nc.Close()
-		if err != nil {
-			continue
-		}
-		for _, s := range slots {
-			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-				for _, n := range c.Nodes {
-					if n.Addr == s.Nodes[0].Addr {
-						return n, nil
-					}
-				}
-			}
-		}
-	}
-	return nil, fmt.Errorf("no node serves slot %d of %q", slot, key)
+	return c.nodeOfSlot(ctx, Slot(key))
 }
 
 // stop kills every node and removes the cluster's files.
@@ -575,4 +554,83 @@ func removeStaleClusterDirs() {
 			os.RemoveAll(d)
 		}
 	}
+}
+
+// MoveSlot moves a hash slot, with its keys, from the master that serves
+// it to the master to, as a resharding does: to imports it, the source
+// migrates it, its keys are moved with MIGRATE, and every master is told
+// the new owner.
+func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *ClusterNode) error {
+	from, err := c.nodeOfSlot(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return nil
+	}
+	src, dst := from.client(), to.client()
+	defer src.Close()
+	defer dst.Close()
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", from.ID).Err(); err != nil {
+		return fmt.Errorf("move slot %d: %w", slot, err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", to.ID).Err(); err != nil {
+		return fmt.Errorf("move slot %d: %w", slot, err)
+	}
+	host, port, _ := net.SplitHostPort(to.Addr)
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			return fmt.Errorf("move slot %d: %w", slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("move slot %d: %w", slot, err)
+		}
+	}
+	// The new owner first, then the old one, then the rest, as
+	// redis-cli does.
+	for _, node := range append([]*ClusterNode{to, from}, c.Masters()...) {
+		if node.cmd == nil {
+			continue
+		}
+		nc := node.client()
+		err := nc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", to.ID).Err()
+		nc.Close()
+		if err != nil {
+			return fmt.Errorf("move slot %d: tell %s: %w", slot, node.Addr, err)
+		}
+	}
+	return nil
+}
+
+// nodeOfSlot returns the node that serves slot, as the cluster says.
+func (c *Cluster) nodeOfSlot(ctx context.Context, slot int) (*ClusterNode, error) {
+	for _, node := range c.Nodes {
+		if node.cmd == nil {
+			continue
+		}
+		nc := node.client()
+		slots, err := nc.ClusterSlots(ctx).Result()
+		nc.Close()
+		if err != nil {
+			continue
+		}
+		for _, s := range slots {
+			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+				for _, n := range c.Nodes {
+					if n.Addr == s.Nodes[0].Addr {
+						return n, nil
+					}
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("no node serves slot %d", slot)
 }

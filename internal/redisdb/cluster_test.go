@@ -1,0 +1,169 @@
+package redisdb
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
+)
+
+// The tests in this file need a real Redis Cluster, and check what only a
+// cluster can get wrong: where keys and channels live, and what happens
+// when slots move. They run on the shared cluster under
+// REDISTEST_CLUSTER=1, and on a cluster of their own otherwise.
+
+// testCluster returns a Redis Cluster for t: the shared one under
+// REDISTEST_CLUSTER=1 (flushed), else a new 3-master cluster. It skips t
+// where there is no redis-server, or where the embedded Redis is asked for.
+func testCluster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	if redistest.OnCluster() {
+		return redistest.New(t).Cluster()
+	}
+	requireClusterable(t)
+	return redistest.NewCluster(t, redistest.ClusterOptions{})
+}
+
+// requireClusterable skips t where no cluster can be started: no
+// redis-server (outside CI), or REDISTEST_EMBEDDED=1.
+func requireClusterable(t *testing.T) {
+	t.Helper()
+	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+		t.Skip("needs redis-server processes for a Redis Cluster, not the embedded Redis")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
+		t.Skip("needs redis-server for a Redis Cluster")
+	}
+}
+
+// newClusterDB returns a DB over a new client of c.
+func newClusterDB(t *testing.T, c *redistest.Cluster, opts Options) *DB {
+	t.Helper()
+	if opts.BcryptCost == 0 {
+		opts.BcryptCost = bcrypt.MinCost
+	}
+	return NewDB(c.Client(t), opts)
+}
+
+// TestClusterKeysOfAUserShareANode checks the layout's promise on a real
+// cluster: every key and channel of one user is on one node (so that the
+// scripts over them run), and different users are spread over the masters.
+func TestClusterKeysOfAUserShareANode(t *testing.T) {
+	ctx := context.Background()
+	c := testCluster(t)
+	db := newClusterDB(t, c, Options{})
+	nodes := map[string]bool{}
+	var first string
+	for i := range 12 {
+		u := mustSignup(t, db, "user"+string(rune('a'+i)))
+		if first == "" {
+			first = u.ID
+		} else {
+			mustFollow(t, db, u.ID, first)
+		}
+		p := mustCreatePost(t, db, u.ID, "hello")
+		seq := postSeqText(p)
+		var home *redistest.ClusterNode
+		for _, key := range []string{userKey(u.ID), postsKey(u.ID), homeKey(u.ID), followingKey(u.ID),
+			postKey(u.ID, seq), homeChannel(u.ID), userChannel(u.ID)} {
+			n, err := c.NodeOf(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if home == nil {
+				home = n
+			} else if n != home {
+				t.Errorf("%s is on %s, but %s of the same user on %s", key, n.Addr, userKey(u.ID), home.Addr)
+			}
+			if key == userKey(u.ID) || key == postKey(u.ID, seq) {
+				if exists := home.Client(t).Exists(ctx, key).Val(); exists != 1 {
+					t.Errorf("%s is not on the node that serves its slot", key)
+				}
+			}
+		}
+		nodes[home.Addr] = true
+	}
+	if len(nodes) < 2 {
+		t.Errorf("12 users all live on %v: the masters do not share the load", nodes)
+	}
+	globalNode, err := c.NodeOf(ctx, globalKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.NodeOf(ctx, globalChannel); n != globalNode {
+		t.Errorf("the global channel is on %s, the global timeline on %s", n.Addr, globalNode.Addr)
+	}
+}
+
+// postSeqText returns the seq of a post as its keys spell it.
+func postSeqText(p *warble.Post) string {
+	_, seq, _ := splitPostID(p.ID)
+	return seq
+}
+
+// TestClusterTwoWarbles runs two Warbles (two clients, two hubs) on one
+// cluster: a post made through one reaches the live subscribers of the
+// other, on its home, user and global timelines.
+func TestClusterTwoWarbles(t *testing.T) {
+	c := testCluster(t)
+	one := newClusterDB(t, c, Options{})
+	two := newClusterDB(t, c, Options{})
+	ada := mustSignup(t, one, "ada")
+	bob := mustSignup(t, two, "bob")
+	mustFollow(t, two, bob.ID, ada.ID)
+	h := newTestHub(t, two)
+	home := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	user := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
+	global := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	p := mustCreatePost(t, one, ada.ID, "from the other Warble")
+	for _, events := range []<-chan *warble.TimelineEvent{home, user, global} {
+		wantAdded(t, nextEvent(t, events), p)
+	}
+}
+
+// TestClusterHubFollowsItsSlots moves the slot of a subscribed user's
+// channels to another master, with its keys, as a resharding does: the
+// master that lost it drops the shard channel, the hub subscribes to it on
+// the master that has it now, its listeners get a RESYNC, and new posts
+// reach them again, still on one connection per master.
+func TestClusterHubFollowsItsSlots(t *testing.T) {
+	ctx := context.Background()
+	c := testCluster(t)
+	db := newClusterDB(t, c, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	p := mustCreatePost(t, db, ada.ID, "before")
+	events := mustSubscribe(t, h, warble.UserFeed(ada.ID), nil)
+
+	slot := redistest.Slot(userChannel(ada.ID))
+	from, err := c.NodeOf(ctx, userChannel(ada.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := c.Masters()[0]
+	if to == from {
+		to = c.Masters()[1]
+	}
+	if err := c.MoveSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.MoveSlot(context.Background(), slot, from) }) // for the next test on a shared cluster
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync || ev.Cursor != warble.PostCursor(p.Seq) {
+		t.Fatalf("event = %s %q, want RESYNC at the newest post", ev.Kind, ev.Cursor)
+	}
+	q := mustCreatePost(t, db, ada.ID, "after the move")
+	wantAdded(t, nextEvent(t, events), q)
+	if n := numSub(t, db, userChannel(ada.ID)); n != 1 {
+		t.Errorf("the new master counts %d subscribers of the channel, want 1", n)
+	}
+	for addr, n := range pubsubConns(t, db) {
+		if n > 1 {
+			t.Errorf("%d pub/sub connections to %s, want at most 1", n, addr)
+		}
+	}
+}
