@@ -140,6 +140,21 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// StartCluster starts a Redis Cluster for a program that is not a test (the
+// conformance suite's and the load tool's, through cmd/redis-cluster);
+// Stop stops it. Its processes die with the program, however it exits.
+func StartCluster(opts ClusterOptions) (*Cluster, error) {
+	c, err := startCluster(opts)
+	if err != nil && c != nil {
+		c.stop()
+	}
+	return c, err
+}
+
+// Stop kills every node of a cluster from StartCluster and removes its
+// files.
+func (c *Cluster) Stop() { c.stop() }
+
 func startCluster(opts ClusterOptions) (*Cluster, error) {
 	if opts.Masters <= 0 {
 		opts.Masters = 3
@@ -344,13 +359,15 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	defer cc.Close()
 	return waitFor(ctx, func() error {
 		cc.ReloadState(ctx)
-		slots, err := cc.ClusterSlots(ctx).Result()
+		shards, err := cc.ClusterShards(ctx).Result()
 		if err != nil {
 			return err
 		}
 		covered := 0
-		for _, s := range slots {
-			covered += s.End - s.Start + 1
+		for _, sh := range shards {
+			for _, s := range sh.Slots {
+				covered += int(s.End - s.Start + 1)
+			}
 		}
 		if covered != 16384 {
 			return fmt.Errorf("%d of 16384 slots served", covered)
@@ -617,16 +634,24 @@ func (c *Cluster) nodeOfSlot(ctx context.Context, slot int) (*ClusterNode, error
 			continue
 		}
 		nc := node.client()
-		slots, err := nc.ClusterSlots(ctx).Result()
+		shards, err := nc.ClusterShards(ctx).Result()
 		nc.Close()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-				for _, n := range c.Nodes {
-					if n.Addr == s.Nodes[0].Addr {
-						return n, nil
+		for _, sh := range shards {
+			for _, s := range sh.Slots {
+				if int(s.Start) > slot || slot > int(s.End) {
+					continue
+				}
+				for _, sn := range sh.Nodes {
+					if sn.Role != "master" || sn.Health != "online" {
+						continue
+					}
+					for _, n := range c.Nodes {
+						if n.Addr == net.JoinHostPort(sn.IP, strconv.FormatInt(sn.Port, 10)) {
+							return n, nil
+						}
 					}
 				}
 			}

@@ -154,7 +154,8 @@ function exitedWhy(proc, name) {
 }
 
 // startWarble builds Warble (or uses the binary in WARBLE_BIN), starts a
-// private redis-server and Warble, and waits until Warble is healthy. Call
+// Redis for it (with WARBLE_REDIS_CLUSTER=1 a 3-master Redis Cluster, else
+// a private redis-server) and Warble, and waits until Warble is healthy. Call
 // stop() on what it returns, also when a test fails; it is safe to call
 // more than once.
 export async function startWarble() {
@@ -171,19 +172,37 @@ export async function startWarble() {
       await run('go', ['build', '-o', bin, '.'], { cwd: repoRoot, timeout: BUILD_TIMEOUT });
     }
 
-    const socket = join(dir, 'redis.sock');
-    const redis = startChild(
-      'redis-server',
-      ['--port', '0', '--unixsocket', socket, '--save', '', '--appendonly', 'no', '--dir', dir],
-      process.env,
-    );
-    procs.push(redis);
-    await poll(
-      async () => (await access(socket).then(() => true, () => false)) && redisAnswers(socket),
-      START_TIMEOUT,
-      'redis-server to answer',
-      () => exitedWhy(redis, 'redis-server'),
-    );
+    let redisURL;
+    if (process.env.WARBLE_REDIS_CLUSTER === '1') {
+      // A 3-master Redis Cluster of its own (internal/redistest's helper),
+      // which prints its URL once every node agrees it is up.
+      const clusterBin = join(dir, 'redis-cluster');
+      await run('go', ['build', '-o', clusterBin, './internal/redistest/cmd/redis-cluster'], { cwd: repoRoot, timeout: BUILD_TIMEOUT });
+      const cluster = startChild(clusterBin, [], process.env);
+      procs.push(cluster);
+      await poll(
+        async () => /^redis:\/\/\S+$/m.test(cluster.output()),
+        START_TIMEOUT,
+        'the Redis Cluster to start',
+        () => exitedWhy(cluster, 'redis-cluster'),
+      );
+      redisURL = cluster.output().match(/^(redis:\/\/\S+)$/m)[1];
+    } else {
+      const socket = join(dir, 'redis.sock');
+      const redis = startChild(
+        'redis-server',
+        ['--port', '0', '--unixsocket', socket, '--save', '', '--appendonly', 'no', '--dir', dir],
+        process.env,
+      );
+      procs.push(redis);
+      await poll(
+        async () => (await access(socket).then(() => true, () => false)) && redisAnswers(socket),
+        START_TIMEOUT,
+        'redis-server to answer',
+        () => exitedWhy(redis, 'redis-server'),
+      );
+      redisURL = `unix://${socket}`;
+    }
 
     // The port may be taken between freePort and Warble's listen: then
     // Warble exits at once saying so, and another port is tried.
@@ -191,7 +210,7 @@ export async function startWarble() {
       const port = await freePort();
       const warble = startChild(bin, [], {
         ...process.env,
-        REDIS_URL: `unix://${socket}`,
+        REDIS_URL: redisURL,
         PORT: String(port),
         HOST: '127.0.0.1',
         RATE_LIMITS: 'off',
