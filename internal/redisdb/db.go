@@ -48,6 +48,10 @@ type Options struct {
 	// they come back (see inactive.go). Zero means DefaultInactiveAfter;
 	// negative means nobody is skipped.
 	InactiveAfter time.Duration
+	// PulledStaleness bounds how old this process's copy of the set of
+	// pulled accounts may be (see pulledSet). Zero means
+	// DefaultPulledStaleness.
+	PulledStaleness time.Duration
 	// Delivered, if set, is told how many home timelines each fan-out
 	// batch added a post to, for metrics.
 	Delivered func(n int)
@@ -60,6 +64,7 @@ type DB struct {
 	opts   Options
 	log    *slog.Logger
 	seen   seenCache // see Seen
+	pulled pulledSet // this process's copy of pullAuthorsKey
 	jobs   jobWatch  // wakes this process's idle fan-out workers
 	// sharded is set on a Redis Cluster: timeline events then go out by
 	// SPUBLISH to shard channels, which only the master of the channel's
@@ -97,6 +102,9 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	}
 	if opts.PullThreshold == 0 {
 		opts.PullThreshold = DefaultPullThreshold
+	}
+	if opts.PulledStaleness <= 0 {
+		opts.PulledStaleness = DefaultPulledStaleness
 	}
 	_, sharded := client.(*redis.ClusterClient)
 	return &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}

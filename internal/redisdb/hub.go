@@ -243,6 +243,7 @@ func (h *Hub) read(c *hubConn, msgs <-chan any) {
 				continue
 			}
 			if m.Channel == pullChannel {
+				h.db.pulled.forget()
 				h.refreshHomes()
 				continue
 			}

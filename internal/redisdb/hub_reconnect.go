@@ -46,7 +46,9 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 		h.pullSeen = true
 		h.mu.Unlock()
 		if subscribe && again {
-			h.refreshHomes() // accounts may have been pulled meanwhile
+			// Accounts may have been pulled meanwhile.
+			h.db.pulled.forget()
+			h.refreshHomes()
 		}
 		return
 	}

@@ -100,9 +100,12 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
 	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
-	var pulledCmd *redis.StringSliceCmd
+	var pulled []string
 	if home {
-		pulledCmd = pipe.SMembers(ctx, pullAuthorsKey) // see pull.go
+		var err error
+		if pulled, err = h.db.pulledAuthors(ctx); err != nil { // see pull.go
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
@@ -114,8 +117,8 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	oldest := oldestCmd.Val()
 	entries := feedEntries(entriesCmd.Val())
 	cut := feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
-	if home && len(pulledCmd.Val()) > 0 {
-		sources, err := h.db.pulledFollowed(ctx, ch.feed.UserID, pulledCmd.Val())
+	if home && len(pulled) > 0 {
+		sources, err := h.db.pulledFollowed(ctx, ch.feed.UserID, pulled)
 		if err != nil {
 			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 		}

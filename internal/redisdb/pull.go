@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,6 +33,7 @@ func (db *DB) pullInstead(ctx context.Context, authorID, postID string) (bool, e
 	if err != nil {
 		return false, fmt.Errorf("mark %s as pulled: %w", authorID, err)
 	}
+	db.pulled.forget()
 	if added == 1 {
 		db.log.InfoContext(ctx, "account's posts are pulled from now on", "user", authorID,
 			"followers", n, "threshold", db.opts.PullThreshold, "post", postID)
@@ -67,11 +70,67 @@ func (db *DB) pulledFollowed(ctx context.Context, userID string, pulled []string
 // trips, or one when no author is pulled. Reads that have a pipeline to
 // send anyway queue the SMEMBERS there and call pulledFollowed.
 func (db *DB) homeSources(ctx context.Context, userID string) ([]string, error) {
-	pulled, err := db.client.SMembers(ctx, pullAuthorsKey).Result()
+	pulled, err := db.pulledAuthors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return db.pulledFollowed(ctx, userID, pulled)
+}
+
+// DefaultPulledStaleness bounds how old a process's copy of pullAuthorsKey
+// may be: an announcement on pullChannel that it missed (its pub/sub
+// connection was down) delays a newly pulled account's posts in home
+// timelines by at most this long.
+const DefaultPulledStaleness = 5 * time.Second
+
+// pulledSet is this process's copy of pullAuthorsKey. Every home page,
+// replay and live refresh needs it, and on a cluster the set is one key on
+// one master that every reader would ask: instead each process reads it
+// when its copy is older than Options.PulledStaleness, or when the hub hears of a
+// newly pulled account on pullChannel (see Hub), or after this process
+// pulled one itself. The set only grows, so a stale copy lacks accounts
+// pulled lately and never holds one that is not.
+type pulledSet struct {
+	mu      sync.Mutex
+	ids     []string
+	readAt  time.Time // zero when the copy must be read again
+	forgets uint64    // how many times forget was called
+}
+
+// forget makes the next read of the set go to Redis.
+func (p *pulledSet) forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.readAt = time.Time{}
+	p.forgets++
+}
+
+// pulledAuthors returns the ids in pullAuthorsKey, from this process's
+// copy while it is fresh (see pulledSet). The slice is shared: callers
+// must not change it.
+func (db *DB) pulledAuthors(ctx context.Context) ([]string, error) {
+	p := &db.pulled
+	p.mu.Lock()
+	if !p.readAt.IsZero() && time.Since(p.readAt) < db.opts.PulledStaleness {
+		ids := p.ids
+		p.mu.Unlock()
+		return ids, nil
+	}
+	forgets := p.forgets
+	p.mu.Unlock()
+	started := time.Now()
+	ids, err := db.client.SMembers(ctx, pullAuthorsKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read pulled accounts: %w", err)
 	}
-	return db.pulledFollowed(ctx, userID, pulled)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A forget that came while this read was on its way may be about an
+	// account the read missed: then the copy is not kept.
+	if p.forgets == forgets && started.After(p.readAt) {
+		p.ids, p.readAt = ids, started
+	}
+	return ids, nil
 }
 
 // rangeMerged reads userID's home timeline merged with the posts of the

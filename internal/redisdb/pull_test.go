@@ -4,8 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -285,5 +291,101 @@ func nextPostEvent(tb testing.TB, events <-chan *warble.TimelineEvent) *warble.T
 		if ev := nextEvent(tb, events); ev.Kind != warble.Resync {
 			return ev
 		}
+	}
+}
+
+// TestPulledSetCopyFollowsAnnouncements runs two Warbles on one Redis: the
+// one that reads home timelines keeps its copy of the pulled accounts, so
+// that a warm home page sends no SMEMBERS, and hears through its hub when
+// the other Warble pulls an account, after which the account's pulled
+// posts are in the reader's home timeline.
+func TestPulledSetCopyFollowsAnnouncements(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	// Its copy would last an hour without the announcement.
+	reader := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost, PullThreshold: 1, PulledStaleness: time.Hour})
+	writer := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost, PullThreshold: 1})
+	newTestHub(t, reader)
+	celeb := mustSignup(t, writer, "celeb")
+	fan := mustSignup(t, writer, "fan")
+	other := mustSignup(t, writer, "other")
+	mustFollow(t, writer, fan.ID, celeb.ID)
+	readTimeline(t, reader, warble.HomeFeed(fan.ID), 10, nil) // reads the set: none pulled yet
+
+	counter := &commandNames{}
+	reader.client.AddHook(counter)
+	readTimeline(t, reader, warble.HomeFeed(fan.ID), 10, nil)
+	if n := counter.count("smembers"); n != 0 {
+		t.Errorf("a warm home page sent %d SMEMBERS of the pulled accounts, want 0", n)
+	}
+
+	mustFollow(t, writer, other.ID, celeb.ID) // two followers: over the threshold
+	p := mustCreatePost(t, writer, celeb.ID, "pulled")
+	if n := writer.client.SIsMember(ctx, pullAuthorsKey, celeb.ID).Val(); !n {
+		t.Fatal("the celebrity was not pulled")
+	}
+	if got := zsetIDs(t, writer, homeKey(fan.ID)); slices.Contains(got, p.ID) {
+		t.Fatal("the post was pushed, want it pulled")
+	}
+	waitFor(t, "the reader's home timeline to hold the pulled post", func() bool {
+		return slices.Contains(readTimeline(t, reader, warble.HomeFeed(fan.ID), 10, nil), p.ID)
+	})
+}
+
+// TestPulledSetCopyIsBounded checks the bound on the copy's age: a
+// Warble that hears no announcement (it has no hub) reads the set again
+// once its copy is older than PulledStaleness.
+func TestPulledSetCopyIsBounded(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	reader := NewDB(srv.Client(t), Options{BcryptCost: bcrypt.MinCost, PulledStaleness: 200 * time.Millisecond})
+	if ids, err := reader.pulledAuthors(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("pulled accounts = %v, %v; want none", ids, err)
+	}
+	if err := srv.Client(t).SAdd(ctx, pullAuthorsKey, "7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the copy to be read again", func() bool {
+		ids, err := reader.pulledAuthors(ctx)
+		return err == nil && slices.Equal(ids, []string{"7"})
+	})
+}
+
+// commandNames is a go-redis hook that counts the commands sent, by name.
+type commandNames struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *commandNames) count(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[name]
+}
+
+func (c *commandNames) note(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	for _, cmd := range cmds {
+		c.n[cmd.Name()]++
+	}
+}
+
+func (c *commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.note(cmds...)
+		return next(ctx, cmds)
 	}
 }

@@ -153,16 +153,18 @@ func (db *DB) rangeFeed(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry
 	return feedEntries(zs), nil
 }
 
-// rangeFeedAndPulled is rangeFeed and the pulled accounts (pullAuthorsKey)
-// in one pipeline.
+// rangeFeedAndPulled is rangeFeed and the pulled accounts (see
+// pulledAuthors).
 func (db *DB) rangeFeedAndPulled(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry, []string, error) {
-	pipe := db.client.Pipeline()
-	zs := pipe.ZRangeArgsWithScores(ctx, args)
-	pulled := pipe.SMembers(ctx, pullAuthorsKey)
-	if _, err := pipe.Exec(ctx); err != nil {
+	pulled, err := db.pulledAuthors(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
-	return feedEntries(zs.Val()), pulled.Val(), nil
+	entries, err := db.rangeFeed(ctx, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return entries, pulled, nil
 }
 
 // feedEntries turns sorted set members and scores into timeline entries.
