@@ -44,6 +44,7 @@ func newDB(cfg Config, client redis.UniversalClient, log *slog.Logger, delivered
 		Logger:        log,
 		AsyncFanOut:   true, // by the in-process workers or `warble worker`
 		PullThreshold: cfg.PullThreshold,
+		FanOutShards:  cfg.FanoutShards,
 		InactiveAfter: cfg.InactiveAfter,
 		Delivered:     delivered,
 	})

@@ -40,6 +40,7 @@ type Config struct {
 	FanoutWorkers   int           // fan-out workers run in this process
 	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
 	FanoutBatch     int           // followers delivered to per round trip
+	FanoutShards    int           // streams the fan-out jobs are split over; 0: 1 on one Redis, 8 on a cluster
 	PullThreshold   int           // followers above which posts are pulled, not pushed; -1: never
 	InactiveAfter   time.Duration // unseen this long, a follower is skipped by fan-out; -1: never
 
@@ -102,6 +103,8 @@ func (c *Config) settings(p *pending) []setting {
 		{env: "FANOUT_CLAIM_IDLE", flag: "fanout-claim-idle", value: &durationValue{v: &c.FanoutClaimIdle, min: time.Millisecond},
 			usage: "how long a job of a worker that died waits before another worker takes it over"},
 		{env: "FANOUT_BATCH", flag: "fanout-batch", value: &intValue{v: &c.FanoutBatch, min: 1}, usage: "followers one fan-out round trip delivers to"},
+		{env: "FANOUT_SHARDS", flag: "fanout-shards", value: &intValue{v: &c.FanoutShards, min: 1}, def: "1 on one Redis, 8 on a Redis Cluster",
+			usage: "how many streams (each in a hash slot of its own) the fan-out jobs are split over, an author's jobs always in the same one; every server and `warble worker` must have the same value, and lowering it strands the jobs queued in the shards it drops, so let the queue drain first"},
 		{env: "FANOUT_PULL_THRESHOLD", flag: "fanout-pull-threshold", value: &intValue{v: &c.PullThreshold, min: 1, off: true},
 			usage: "an account with more followers than this is not fanned out: its posts are merged into its followers' home timelines when they are read (hybrid push/pull); `off` fans out every post"},
 		{env: "FANOUT_INACTIVE_AFTER", flag: "fanout-inactive-after", value: &durationValue{v: &c.InactiveAfter, min: time.Hour, off: true},

@@ -19,6 +19,10 @@ const (
 	DefaultGlobalCap  = 1000
 	DefaultNewestCap  = 1000
 	DefaultSessionTTL = 30 * 24 * time.Hour
+	// DefaultClusterFanOutShards is how many fan-out shards a DB on a
+	// Redis Cluster has by default: enough for their streams to land on
+	// every master of a small cluster.
+	DefaultClusterFanOutShards = 8
 	// DefaultPullThreshold is how many followers an account may have and
 	// still have its posts fanned out; see Options.PullThreshold.
 	DefaultPullThreshold = 10_000
@@ -48,6 +52,13 @@ type Options struct {
 	// they come back (see inactive.go). Zero means DefaultInactiveAfter;
 	// negative means nobody is skipped.
 	InactiveAfter time.Duration
+	// FanOutShards is how many streams the fan-out jobs are split over
+	// (see fanoutTag), each in its own hash slot, so that on a cluster the
+	// jobs and their workers' commands spread over the masters. Zero
+	// means 1 on one Redis and DefaultClusterFanOutShards on a cluster.
+	// Lowering it strands the jobs queued in the shards it drops: let the
+	// queue drain first.
+	FanOutShards int
 	// PulledStaleness bounds how old this process's copy of the set of
 	// pulled accounts may be (see pulledSet). Zero means
 	// DefaultPulledStaleness.
@@ -107,6 +118,12 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 		opts.PulledStaleness = DefaultPulledStaleness
 	}
 	_, sharded := client.(*redis.ClusterClient)
+	if opts.FanOutShards <= 0 {
+		opts.FanOutShards = 1
+		if sharded {
+			opts.FanOutShards = DefaultClusterFanOutShards
+		}
+	}
 	return &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
 }
 

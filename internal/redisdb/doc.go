@@ -25,7 +25,7 @@
 // With Options.AsyncFanOut, CreatePost and DeletePost do their author's own
 // step at once and leave the rest to a job: workers (Worker, in the server
 // process or in separate `warble worker` processes, any number) read jobs
-// from a Redis Stream through one consumer group and put the post on the
+// from Redis Streams through one consumer group each and put the post on the
 // global timeline and on the home timelines of the author's followers (or
 // take it off them), a batch of followers per round trip.
 //
@@ -42,6 +42,15 @@
 //     and then about once a minute). A job queued twice that way (a sweep
 //     racing a slow CreatePost) is done twice, which delivery makes
 //     harmless.
+//   - The sweep finds those jobs through its shard's outbox index
+//     (outboxIndexKey), not by scanning every key: the job is added to the
+//     index in a command that has answered before the post's step runs, so
+//     a job in an outbox is in the index, and it leaves the index only
+//     after it left the outbox (once queued), or when the sweep finds it in
+//     no outbox ten minutes (orphanAfter) after it was indexed: its step
+//     never ran, or it was queued by a request that died before it cleared
+//     the index; only a request that spent those ten minutes between its
+//     two first commands could still write it.
 //   - A queued job is in the stream until a worker acknowledges it, and a
 //     worker acknowledges a job only after its last batch, in the same
 //     MULTI that drops its progress cursor.
@@ -80,9 +89,15 @@
 // (and the global timeline, for a job that had not got past its start). So
 // the post ends in no timeline, whatever the order.
 //
-// Each atomic step stays in one hash slot: the stream, its group and the
-// cursors share the {fanout} tag; deliveries are scripts on one follower's
-// keys.
+// Each atomic step stays in one hash slot: a shard's stream, its group,
+// its cursors and its outbox index share its tag ({fanout} or
+// {fanout:<i>}); deliveries are scripts on one follower's keys. The jobs
+// are split over Options.FanOutShards streams by author, so that on a
+// cluster they spread over the masters; a worker takes one job at a time,
+// from the shards in turn, and each process watches every shard's stream
+// with a blocked XREAD on a connection of its own (see jobWatch). An
+// author's jobs are all in one shard, queued in order, as they were in the
+// one stream.
 //
 // # Hybrid push/pull
 //

@@ -98,11 +98,12 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := db.client.XRange(ctx, fanoutStreamKey, "-", "+").Val()
+	shard := db.fanOutShard(ada.ID)
+	jobs := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Val()
 	if len(jobs) != 1 {
 		t.Fatalf("stream holds %d jobs, want 1", len(jobs))
 	}
-	cursorKey := fanoutCursorKey(jobs[0].ID)
+	cursorKey := fanoutCursorKey(shard, jobs[0].ID)
 
 	startWorker := func(name string, claimIdle time.Duration) (*exec.Cmd, *bytes.Buffer) {
 		cmd := command()
@@ -147,7 +148,7 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 		if err == nil && c >= n/4 {
 			break
 		}
-		if db.client.XLen(ctx, fanoutStreamKey).Val() == 0 {
+		if queuedJobs(t, db) == 0 {
 			t.Fatal("the first worker finished before it could be killed")
 		}
 		if time.Now().After(deadline) {
@@ -168,7 +169,7 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 	resumed := time.Now()
 	startWorker("second worker", 200*time.Millisecond)
 	deadline = time.Now().Add(30 * time.Second)
-	for db.client.XLen(ctx, fanoutStreamKey).Val() != 0 {
+	for queuedJobs(t, db) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the second worker did not finish the job")
 		}

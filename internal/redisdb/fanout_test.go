@@ -3,6 +3,7 @@ package redisdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,10 +24,20 @@ func drainFanOut(tb testing.TB, db *DB) {
 		if err != nil {
 			tb.Fatalf("fan-out: %v", err)
 		}
-		if n == 0 && w.db.client.XLen(context.Background(), fanoutStreamKey).Val() == 0 {
+		if n == 0 && queuedJobs(tb, db) == 0 {
 			return
 		}
 	}
+}
+
+// queuedJobs returns how many fan-out jobs the shards' streams hold.
+func queuedJobs(tb testing.TB, db *DB) int64 {
+	tb.Helper()
+	n, _, err := db.FanOutQueueStats(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 // newAsyncTestDB is newTestDB with fan-out left to workers.
@@ -177,11 +188,12 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 	}
 	// The dead worker read the job, delivered a batch and saved its cursor.
 	dead := NewWorker(db, WorkerOptions{Name: "dead", Batch: 100})
-	if ok, err := dead.ensureGroup(ctx); err != nil || !ok {
+	shard := db.fanOutShard(ada.ID)
+	if ok, err := dead.ensureGroup(ctx, shard); err != nil || !ok {
 		t.Fatalf("ensureGroup = %v, %v", ok, err)
 	}
 	streams, err := db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: fanOutGroup, Consumer: "dead", Streams: []string{fanoutStreamKey, ">"}, Count: 1, Block: -1,
+		Group: fanOutGroup, Consumer: "dead", Streams: []string{fanoutStreamKey(shard), ">"}, Count: 1, Block: -1,
 	}).Result()
 	if err != nil || len(streams) != 1 || len(streams[0].Messages) != 1 {
 		t.Fatalf("XREADGROUP = %v, %v", streams, err)
@@ -192,19 +204,19 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := db.fanOut(ctx, ada.ID, p.Seq, p.ID, startCursor, 100, func(c followerCursor) error {
-		if err := dead.saveCursor(ctx, id, c); err != nil {
+		if err := dead.saveCursor(ctx, shard, id, c); err != nil {
 			t.Fatal(err)
 		}
 		return errors.New("killed")
 	}); err == nil {
 		t.Fatal("the dead worker's fan-out did not stop")
 	}
-	if got := db.client.Get(ctx, fanoutCursorKey(id)).Val(); got != next.String() {
+	if got := db.client.Get(ctx, fanoutCursorKey(shard, id)).Val(); got != next.String() {
 		t.Fatalf("cursor = %q, want %q", got, next)
 	}
 
 	// Before the claim idle time, another worker leaves the job alone.
-	live := NewWorker(db, WorkerOptions{Name: "live", Batch: 100, ClaimIdle: 300 * time.Millisecond})
+	live := NewWorker(db, WorkerOptions{Name: "live", Batch: 100, ClaimIdle: 300 * time.Millisecond, IdleLook: 100 * time.Millisecond})
 	if n, err := live.step(ctx); err != nil || n != 0 {
 		t.Fatalf("step before the idle time = %d, %v; want 0", n, err)
 	}
@@ -223,11 +235,11 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 	if got := holding(t, db, first, p.ID); got != 0 {
 		t.Errorf("the takeover started before the cursor: %d of the first batch hold the post again", got)
 	}
-	if n := db.client.XLen(ctx, fanoutStreamKey).Val(); n != 0 {
+	if n := queuedJobs(t, db); n != 0 {
 		t.Errorf("stream holds %d jobs after the takeover", n)
 	}
 	// The dead worker, back from a stall, has lost the job.
-	if err := dead.saveCursor(ctx, id, next); !errors.Is(err, errLostJob) {
+	if err := dead.saveCursor(ctx, shard, id, next); !errors.Is(err, errLostJob) {
 		t.Errorf("saveCursor by the old owner = %v, want errLostJob", err)
 	}
 }
@@ -402,6 +414,9 @@ func TestOutboxSweep(t *testing.T) {
 	if n := db.client.Exists(ctx, outboxKey(ada.ID)).Val(); n != 0 {
 		t.Fatal("the outbox is not empty after the sweeps")
 	}
+	if n := db.client.ZCard(ctx, outboxIndexKey(db.fanOutShard(ada.ID))).Val(); n != 0 {
+		t.Fatalf("the outbox index holds %d jobs after the sweeps", n)
+	}
 	if _, err := db.client.ZScore(ctx, globalKey, lost).Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("the global timeline still holds the deleted post (%v)", err)
 	}
@@ -490,5 +505,27 @@ func TestIdleWorkerStopsAtOnce(t *testing.T) {
 	case <-stopped:
 	case <-time.After(watchBlock / 2):
 		t.Fatal("an idle worker did not stop when its context ended")
+	}
+}
+
+// TestOutboxSweepReadsOnlyTheIndex: with every job queued, a sweep reads
+// one index entry range per shard and nothing else, however many authors
+// and outboxes there are: no SCAN of the keyspace.
+func TestOutboxSweepReadsOnlyTheIndex(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{AsyncFanOut: true, FanOutShards: 4})
+	for i := range 20 {
+		u := mustSignup(t, db, fmt.Sprintf("author%d", i))
+		mustCreatePost(t, db, u.ID, "queued at once")
+	}
+	counter := &commandNames{}
+	db.client.AddHook(counter)
+	if n, err := db.sweepOutboxes(ctx, time.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("sweep = %d, %v; want nothing to queue", n, err)
+	}
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	if counter.n["scan"] != 0 || counter.n["zrange"] != 4 || len(counter.n) != 1 {
+		t.Errorf("the sweep sent %v, want one ZRANGE of the index per shard", counter.n)
 	}
 }

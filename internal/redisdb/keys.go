@@ -1,6 +1,10 @@
 package redisdb
 
-import "github.com/warble/warble/internal/warble"
+import (
+	"strconv"
+
+	"github.com/warble/warble/internal/warble"
+)
 
 // Redis key schema. Every key and channel Warble uses is built in this file,
 // so this file is the data layout; README.md has the same table and
@@ -17,11 +21,6 @@ const (
 	postSeqKey     = prefix + "seq:post"  // STRING  INCR counter for post seqs, the order of every timeline
 	newestUsersKey = prefix + "users:new" // ZSET    user ids scored by user id, capped
 	globalKey      = prefix + "global"    // ZSET    post ids scored by post seq, capped
-
-	// fanoutStreamKey is the STREAM of fan-out jobs, read by the consumer
-	// group "workers" (see fanout.go). Fields: op (add or del), author, seq,
-	// post. A job is deleted once done, so the stream holds only jobs to do.
-	fanoutStreamKey = prefix + "{fanout}:jobs"
 
 	// pullAuthorsKey is the SET of the ids of the accounts whose posts were
 	// pulled, not pushed, at least once: they had more followers than
@@ -96,11 +95,38 @@ func persistedQueryKey(hash string) string { return prefix + "apq:" + hash }
 // client addresses.
 func rateKey(kind, subject string) string { return prefix + "rl:" + kind + ":" + subject }
 
+// The fan-out jobs are split over Options.FanOutShards shards, each a
+// stream with its own hash tag, so that on a cluster they spread over the
+// masters; an author's jobs always go to one shard (see fanOutShard). Shard
+// 0's tag is {fanout}, the one stream of a single Redis (and of Warble
+// before shards); shard i's is {fanout:<i>}.
+func fanoutTag(shard int) string {
+	if shard == 0 {
+		return "{fanout}"
+	}
+	return "{fanout:" + strconv.Itoa(shard) + "}"
+}
+
+// fanoutStreamKey is the STREAM of one shard's fan-out jobs, read by the
+// consumer group "workers" (see queue.go): w:{fanout}:jobs,
+// w:{fanout:<i>}:jobs. Fields: op (add or del), author, seq, post. A job is
+// deleted once done, so the stream holds only jobs to do.
+func fanoutStreamKey(shard int) string { return prefix + fanoutTag(shard) + ":jobs" }
+
 // fanoutCursorKey is a STRING holding how far a fan-out job has walked its
-// author's followers ("<score> <tied>", see followerCursor), in the stream's
-// slot, deleted with the job and expiring after a week:
-// w:{fanout}:cursor:<entry id>.
-func fanoutCursorKey(entryID string) string { return prefix + "{fanout}:cursor:" + entryID }
+// author's followers ("<score> <tied>", see followerCursor), in its
+// stream's slot, deleted with the job and expiring after a week:
+// w:{fanout}:cursor:<entry id>, w:{fanout:<i>}:cursor:<entry id>.
+func fanoutCursorKey(shard int, entryID string) string {
+	return prefix + fanoutTag(shard) + ":cursor:" + entryID
+}
+
+// outboxIndexKey is a ZSET of the fan-out jobs of one shard that may sit in
+// their author's outbox unqueued, "<op> <post id>" scored by when they were
+// recorded (unix ms): w:{fanout}:outboxes, w:{fanout:<i>}:outboxes. A job
+// is added before its post's step writes the outbox, and leaves once it is
+// queued; the outbox sweep reads only the old entries (see sweepOutboxes).
+func outboxIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":outboxes" }
 
 // homeChannel carries the events of one user's home timeline, with the
 // user's hash tag, so that on a cluster it is a shard channel of the home

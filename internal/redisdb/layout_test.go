@@ -25,7 +25,9 @@ var update = flag.Bool("update", false, "rewrite testdata/layout.golden from wha
 // refresh it with go test -run TestLayout -update.
 func TestLayout(t *testing.T) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 1})
+	// Two fan-out shards, as on a cluster, whatever the server: the layout
+	// is the same on both.
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 1, FanOutShards: 2})
 	auth := NewAuthService(db)
 	ada, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
 	if err != nil {

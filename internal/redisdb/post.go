@@ -128,6 +128,9 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	job := ""
 	if s.db.opts.AsyncFanOut {
 		job = outboxEntry(opDeliver, id)
+		if err := s.db.indexJob(ctx, opDeliver, id); err != nil {
+			return nil, fmt.Errorf("create post by %s: %w", authorID, err)
+		}
 	}
 	err = s.db.pub(createPostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
@@ -155,7 +158,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 		global = s.db.listGlobal(ctx, pipe, seqText, id, added)
 		if queued {
-			pipe.ZRem(ctx, outboxKey(authorID), job)
+			unqueueJob(ctx, pipe, s.db.fanOutShard(authorID), opDeliver, id)
 		}
 		author = queueUsers(ctx, pipe, []string{authorID})
 	}, s.db.pub(deliverScript))
@@ -209,6 +212,17 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	job := ""
 	if s.db.opts.AsyncFanOut {
 		job = outboxEntry(opUndeliver, postID)
+		// A post that is not there is refused before anything is written.
+		// (One deleted by a racing request meanwhile leaves this index
+		// entry, which the sweep drops as an orphan.)
+		if n, err := s.db.client.Exists(ctx, postKey(authorID, seqText)).Result(); err != nil {
+			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
+		} else if n == 0 {
+			return errPostNotFound
+		}
+		if err := s.db.indexJob(ctx, opUndeliver, postID); err != nil {
+			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
+		}
 	}
 	n, err := s.db.pub(deletePostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},

@@ -2,10 +2,11 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,29 +21,67 @@ const (
 	opUndeliver = "del"
 )
 
-// enqueueFanOut appends a fan-out job for a post to the stream, then takes
-// it out of its author's outbox.
+// fanOutShard returns the shard of an author's fan-out jobs: the same one
+// for all of them, so that an author's jobs are done in the order queued
+// when one worker is free, as with a single stream.
+func (db *DB) fanOutShard(authorID string) int {
+	if db.opts.FanOutShards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(authorID))
+	return int(h.Sum32() % uint32(db.opts.FanOutShards))
+}
+
+// indexJob records a job in its shard's outbox index (outboxIndexKey),
+// before the step that writes it to its author's outbox: a job in an
+// outbox is then always in the index too, for the sweep to find.
+func (db *DB) indexJob(ctx context.Context, op, postID string) error {
+	authorID, _, _ := splitPostID(postID)
+	err := db.client.ZAdd(ctx, outboxIndexKey(db.fanOutShard(authorID)),
+		redis.Z{Score: float64(db.now().UnixMilli()), Member: outboxEntry(op, postID)}).Err()
+	if err != nil {
+		return fmt.Errorf("index fan-out job of %s: %w", postID, err)
+	}
+	return nil
+}
+
+// unqueueJobs queues the commands that take a queued job out of its
+// author's outbox and then out of the index.
+func unqueueJob(ctx context.Context, pipe redis.Pipeliner, shard int, op, postID string) {
+	authorID, _, _ := splitPostID(postID)
+	pipe.ZRem(ctx, outboxKey(authorID), outboxEntry(op, postID))
+	pipe.ZRem(ctx, outboxIndexKey(shard), outboxEntry(op, postID))
+}
+
+// enqueueFanOut appends a fan-out job for a post to its shard's stream,
+// then takes it out of its author's outbox and the index.
 func (db *DB) enqueueFanOut(ctx context.Context, op, postID string) error {
 	if err := db.queueJob(ctx, op, postID); err != nil {
 		return err
 	}
 	authorID, _, _ := splitPostID(postID)
-	if err := db.client.ZRem(ctx, outboxKey(authorID), outboxEntry(op, postID)).Err(); err != nil {
+	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		unqueueJob(ctx, pipe, db.fanOutShard(authorID), op, postID)
+		return nil
+	})
+	if err != nil {
 		// Queued already: a sweep will queue it again, harmlessly.
 		db.log.WarnContext(ctx, "clear fan-out outbox", "post", postID, "err", err)
 	}
 	return nil
 }
 
-// queueJob appends a fan-out job for a post to the stream. Its caller takes
-// the job out of the author's outbox afterwards, and only then.
+// queueJob appends a fan-out job for a post to its shard's stream. Its
+// caller takes the job out of the author's outbox afterwards, and only
+// then.
 func (db *DB) queueJob(ctx context.Context, op, postID string) error {
 	authorID, seq, ok := splitPostID(postID)
 	if !ok {
 		return fmt.Errorf("fan-out job for malformed post id %q", postID)
 	}
 	return db.client.XAdd(ctx, &redis.XAddArgs{
-		Stream: fanoutStreamKey,
+		Stream: fanoutStreamKey(db.fanOutShard(authorID)),
 		Values: []any{"op", op, "author", authorID, "seq", seq, "post", postID},
 	}).Err()
 }
@@ -54,67 +93,81 @@ func outboxEntry(op, postID string) string { return op + " " + postID }
 const (
 	DefaultSweepEvery = time.Minute      // how often a sweeping worker sweeps
 	sweepAfter        = 30 * time.Second // how old a job must be to be swept: younger ones may be in flight
-	sweepCount        = 1000             // keys one SCAN step asks for
+	sweepCount        = 1000             // index entries one read takes
+	// orphanAfter is how old an index entry must be for the sweep to drop
+	// it when its outbox lacks the job: the job was queued and its request
+	// died before it cleared the index, or its post's step never ran. A
+	// request that is still on its way that long after indexing its job
+	// is not, so the entry of a job yet to be written is never dropped.
+	orphanAfter = 10 * time.Minute
 )
 
 // sweepOutboxes queues the jobs that have sat in an author's outbox since
 // before cutoff: their CreatePost or DeletePost died before it queued them.
-// It walks the keys with SCAN (on each master of a cluster), reading only,
-// and returns how many jobs it queued.
+// It reads only each shard's outbox index, where every such job is, and
+// returns how many jobs it queued. (Before the index, the sweep SCANned
+// every key of every master for outboxes.)
 func (db *DB) sweepOutboxes(ctx context.Context, cutoff time.Time) (int, error) {
-	pattern := prefix + "u:{*}:outbox"
-	scan := func(ctx context.Context, c redis.Cmdable) ([]string, error) {
-		var keys []string
-		iter := c.Scan(ctx, 0, pattern, sweepCount).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		return keys, iter.Err()
-	}
-	var keys []string
-	var err error
-	if cc, ok := db.client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			found, err := scan(ctx, c)
-			mu.Lock()
-			keys = append(keys, found...)
-			mu.Unlock()
-			return err
-		})
-	} else {
-		keys, err = scan(ctx, db.client)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sweep fan-out outboxes: %w", err)
-	}
 	queued := 0
-	for _, key := range keys {
-		entries, err := db.client.ZRangeArgs(ctx, redis.ZRangeArgs{
-			Key: key, Start: "-inf", Stop: strconv.FormatInt(cutoff.UnixMilli(), 10), ByScore: true,
-		}).Result()
+	for shard := range max(1, db.opts.FanOutShards) {
+		n, err := db.sweepShard(ctx, shard, cutoff)
+		queued += n
 		if err != nil {
-			return queued, fmt.Errorf("sweep fan-out outbox %s: %w", key, err)
+			return queued, fmt.Errorf("sweep fan-out outboxes of shard %d: %w", shard, err)
 		}
-		for _, e := range entries {
-			op, postID, _ := strings.Cut(e, " ")
-			if (op != opDeliver && op != opUndeliver) || !isPostID(postID) {
-				db.log.ErrorContext(ctx, "malformed fan-out outbox entry; dropped", "key", key, "entry", e)
-				db.client.ZRem(ctx, key, e)
-				continue
-			}
-			if err := db.enqueueFanOut(ctx, op, postID); err != nil {
-				return queued, fmt.Errorf("sweep fan-out outbox %s: %w", key, err)
-			}
-			queued++
-			db.log.WarnContext(ctx, "queued a fan-out job that its request did not", "op", op, "post", postID)
+	}
+	return queued, nil
+}
+
+func (db *DB) sweepShard(ctx context.Context, shard int, cutoff time.Time) (int, error) {
+	index := outboxIndexKey(shard)
+	entries, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: index, Start: "-inf", Stop: strconv.FormatInt(cutoff.UnixMilli(), 10), ByScore: true, Count: sweepCount,
+	}).Result()
+	if err != nil || len(entries) == 0 {
+		return 0, err
+	}
+	// Whether each job is still in its outbox, in one round trip.
+	inOutbox := make([]*redis.FloatCmd, len(entries))
+	pipe := db.client.Pipeline()
+	for i, e := range entries {
+		entry, _ := e.Member.(string)
+		_, postID, _ := strings.Cut(entry, " ")
+		authorID, _, _ := splitPostID(postID)
+		inOutbox[i] = pipe.ZScore(ctx, outboxKey(authorID), entry)
+	}
+	pipe.Exec(ctx) // each answer is checked below
+	queued := 0
+	orphaned := db.opts.Now().Add(-orphanAfter).UnixMilli()
+	for i, e := range entries {
+		entry, _ := e.Member.(string)
+		op, postID, _ := strings.Cut(entry, " ")
+		if (op != opDeliver && op != opUndeliver) || !isPostID(postID) {
+			db.log.ErrorContext(ctx, "malformed fan-out outbox index entry; dropped", "key", index, "entry", entry)
+			db.client.ZRem(ctx, index, entry)
+			continue
 		}
+		switch err := inOutbox[i].Err(); {
+		case errors.Is(err, redis.Nil):
+			if int64(e.Score) < orphaned {
+				db.client.ZRem(ctx, index, entry)
+			}
+			continue
+		case err != nil:
+			return queued, err
+		}
+		if err := db.enqueueFanOut(ctx, op, postID); err != nil {
+			return queued, err
+		}
+		queued++
+		db.log.WarnContext(ctx, "queued a fan-out job that its request did not", "op", op, "post", postID)
 	}
 	return queued, nil
 }
 
 // job is one entry of the stream.
 type job struct {
+	shard    int    // the shard whose stream holds it
 	id       string // the stream entry id
 	op       string
 	authorID string
@@ -122,8 +175,8 @@ type job struct {
 	postID   string
 }
 
-func parseJob(m redis.XMessage) (job, bool) {
-	j := job{id: m.ID}
+func parseJob(shard int, m redis.XMessage) (job, bool) {
+	j := job{shard: shard, id: m.ID}
 	j.op, _ = m.Values["op"].(string)
 	j.authorID, _ = m.Values["author"].(string)
 	j.postID, _ = m.Values["post"].(string)
@@ -145,7 +198,7 @@ func isNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
 // exists already (another worker was first) is no error: the script
 // swallows XGROUP's BUSYGROUP rather than answer with it.
 //
-// KEYS[1] -> w:{fanout}:jobs
+// KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
 // ARGV[1] -> the consumer group
 //
 // Returns 1 if the group exists now, 0 if there is no stream yet.
@@ -157,25 +210,36 @@ redis.pcall('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0')
 return 1
 `)
 
-// FanOutQueueStats reports how many fan-out jobs the stream holds (waiting
-// or in progress: a job leaves the stream when it is done) and how long the
+// FanOutQueueStats reports how many fan-out jobs the streams hold (waiting
+// or in progress: a job leaves its stream when it is done) and how long the
 // oldest has waited, from its entry id's milliseconds. For metrics, read at
-// each scrape: one round trip of XLEN and XRANGE COUNT 1 on one key.
+// each scrape: one round trip of XLEN and XRANGE COUNT 1 on each shard.
 func (db *DB) FanOutQueueStats(ctx context.Context) (int64, time.Duration, error) {
+	shards := max(1, db.opts.FanOutShards)
+	lens := make([]*redis.IntCmd, shards)
+	firsts := make([]*redis.XMessageSliceCmd, shards)
 	pipe := db.client.Pipeline()
-	n := pipe.XLen(ctx, fanoutStreamKey)
-	first := pipe.XRangeN(ctx, fanoutStreamKey, "-", "+", 1)
+	for i := range shards {
+		lens[i] = pipe.XLen(ctx, fanoutStreamKey(i))
+		firsts[i] = pipe.XRangeN(ctx, fanoutStreamKey(i), "-", "+", 1)
+	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, fmt.Errorf("fan-out queue stats: %w", err)
 	}
-	msgs := first.Val()
-	if len(msgs) == 0 {
-		return n.Val(), 0, nil
+	var n int64
+	var oldest time.Duration
+	for i := range shards {
+		n += lens[i].Val()
+		msgs := firsts[i].Val()
+		if len(msgs) == 0 {
+			continue
+		}
+		ms, _, _ := strings.Cut(msgs[0].ID, "-")
+		at, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			return n, 0, fmt.Errorf("fan-out queue stats: entry id %q", msgs[0].ID)
+		}
+		oldest = max(oldest, db.opts.Now().Sub(time.UnixMilli(at)))
 	}
-	ms, _, _ := strings.Cut(msgs[0].ID, "-")
-	at, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return n.Val(), 0, fmt.Errorf("fan-out queue stats: entry id %q", msgs[0].ID)
-	}
-	return n.Val(), max(0, db.opts.Now().Sub(time.UnixMilli(at))), nil
+	return n, oldest, nil
 }

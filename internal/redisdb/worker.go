@@ -46,7 +46,9 @@ type WorkerOptions struct {
 type Worker struct {
 	db        *DB
 	opts      WorkerOptions
-	ready     bool      // the group is known to exist
+	ready     []bool    // by shard: the group is known to exist
+	next      int       // the shard this worker looks at first next time
+	nextClaim time.Time // when this worker looks for jobs of dead workers next
 	nextSweep time.Time // when this worker sweeps the outboxes next
 }
 
@@ -70,7 +72,9 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 	if opts.SweepEvery <= 0 {
 		opts.SweepEvery = DefaultSweepEvery
 	}
-	return &Worker{db: db, opts: opts}
+	shards := max(1, db.opts.FanOutShards)
+	// Workers start at different shards, so that they spread over them.
+	return &Worker{db: db, opts: opts, ready: make([]bool, shards), next: int(workerCount.Load()) % shards}
 }
 
 // Run runs jobs until ctx ends, then returns nil once the job in hand is
@@ -126,39 +130,68 @@ func (w *Worker) maybeSweep(ctx context.Context) error {
 }
 
 // step runs at most one job, without waiting for one: first one of a dead
-// worker, else a new one. One job at a time, so that jobs this worker has
-// not started are not held pending on it while other workers are free. It
-// reports how many jobs it ran.
+// worker (looked for at most every IdleLook), else a new one. One job at a
+// time, so that jobs this worker has not started are not held pending on
+// it while other workers are free. The shards are looked at in turn, from
+// a different one at each step, so that a busy shard does not starve the
+// others. It reports how many jobs it ran.
 func (w *Worker) step(ctx context.Context) (int, error) {
-	if !w.ready {
-		ok, err := w.ensureGroup(ctx)
+	shards := len(w.ready)
+	first := w.next
+	w.next = (w.next + 1) % shards
+	if now := time.Now(); !now.Before(w.nextClaim) {
+		w.nextClaim = now.Add(w.opts.IdleLook)
+		for i := range shards {
+			n, err := w.stepShard(ctx, (first+i)%shards, true)
+			if n > 0 || err != nil {
+				return n, err
+			}
+		}
+	}
+	for i := range shards {
+		n, err := w.stepShard(ctx, (first+i)%shards, false)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+	return 0, nil
+}
+
+// stepShard runs at most one job of a shard: with claim, one of a dead
+// worker, else a new one.
+func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, error) {
+	if !w.ready[shard] {
+		ok, err := w.ensureGroup(ctx, shard)
 		if err != nil || !ok {
 			return 0, err // no job was ever queued: nothing to do yet
 		}
-		w.ready = true
+		w.ready[shard] = true
 	}
-	claimed, _, err := w.db.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
-		Stream: fanoutStreamKey, Group: fanOutGroup, Consumer: w.opts.Name,
-		MinIdle: w.opts.ClaimIdle, Start: "0-0", Count: 1,
-	}).Result()
-	if isNoGroup(err) {
-		w.ready = false // Redis lost its data
-		return 0, nil
-	} else if err != nil {
-		return 0, fmt.Errorf("claim fan-out jobs: %w", err)
-	}
-	msgs := claimed
-	if len(msgs) == 0 {
+	stream := fanoutStreamKey(shard)
+	var msgs []redis.XMessage
+	if claim {
+		claimed, _, err := w.db.client.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+			Stream: stream, Group: fanOutGroup, Consumer: w.opts.Name,
+			MinIdle: w.opts.ClaimIdle, Start: "0-0", Count: 1,
+		}).Result()
+		if isNoGroup(err) {
+			w.ready[shard] = false // Redis lost its data
+			return 0, nil
+		} else if err != nil {
+			return 0, fmt.Errorf("claim fan-out jobs: %w", err)
+		}
+		msgs = claimed
+	} else {
 		streams, err := w.db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{fanoutStreamKey, ">"}, Count: 1,
+			Streams: []string{stream, ">"}, Count: 1,
 			Block: -1, // no BLOCK argument: answer at once
 		}).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			return 0, nil
 		case isNoGroup(err):
-			w.ready = false
+			w.ready[shard] = false
 			return 0, nil
 		case err != nil:
 			return 0, fmt.Errorf("read fan-out jobs: %w", err)
@@ -170,15 +203,15 @@ func (w *Worker) step(ctx context.Context) (int, error) {
 	for i, m := range msgs {
 		// A job cut short by ctx stays pending, with its cursor saved, for
 		// another worker to take over; so do the rest of this batch.
-		if err := w.run(ctx, m); err != nil {
+		if err := w.run(ctx, shard, m); err != nil {
 			return i, err
 		}
 	}
 	return len(msgs), nil
 }
 
-func (w *Worker) ensureGroup(ctx context.Context) (bool, error) {
-	n, err := ensureGroupScript.Run(ctx, w.db.client, []string{fanoutStreamKey}, fanOutGroup).Int64()
+func (w *Worker) ensureGroup(ctx context.Context, shard int) (bool, error) {
+	n, err := ensureGroupScript.Run(ctx, w.db.client, []string{fanoutStreamKey(shard)}, fanOutGroup).Int64()
 	if err != nil {
 		return false, fmt.Errorf("create fan-out group: %w", err)
 	}
@@ -186,12 +219,14 @@ func (w *Worker) ensureGroup(ctx context.Context) (bool, error) {
 }
 
 // jobWatch tells the idle workers of a process that jobs were queued. One
-// goroutine per process, while any worker runs, waits for new stream
-// entries with XREAD BLOCK, which reads without taking anything, and wakes
-// every idle worker; they take jobs through the group without waiting.
-// Only the watch blocks in Redis, on a connection of its own, and stopping
-// closes that connection, so that a worker and the watch both stop at once
-// rather than at the end of a blocked read: a server stops promptly.
+// goroutine per shard per process, while any worker runs, waits for new
+// stream entries with XREAD BLOCK, which reads without taking anything, and
+// wakes every idle worker; they take jobs through the group without
+// waiting. Only the watch blocks in Redis, on connections of its own (one
+// per shard: a cluster refuses an XREAD over streams of several slots, and
+// the shards' streams are in different slots on purpose), and stopping
+// closes them, so that a worker and the watch both stop at once rather
+// than at the end of a blocked read: a server stops promptly.
 //
 // XREAD on a stream that does not exist yet answers as soon as an XADD
 // creates it, so the first job ever is run at once too, and an idle Warble
@@ -247,15 +282,29 @@ func (j *jobWatch) wake() {
 
 func (j *jobWatch) run(ctx context.Context, db *DB, stopped chan<- struct{}) {
 	defer close(stopped)
-	client, closeClient := dedicatedClient(db.client)
-	context.AfterFunc(ctx, closeClient) // ends a blocked read at once
+	shards := max(1, db.opts.FanOutShards)
+	client, closeClient := dedicatedClient(db.client, shards)
+	context.AfterFunc(ctx, closeClient) // ends the blocked reads at once
+	var wg sync.WaitGroup
+	for shard := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			j.watch(ctx, db, client, shard)
+		}()
+	}
+	wg.Wait()
+}
+
+// watch follows one shard's stream until ctx ends.
+func (j *jobWatch) watch(ctx context.Context, db *DB, client redis.UniversalClient, shard int) {
 	// From the start of the stream: the stream holds only jobs not done,
 	// so this wakes the workers once for those, then follows new ones.
 	last := "0-0"
 	pause := time.Duration(0)
 	for ctx.Err() == nil {
 		streams, err := client.XRead(ctx, &redis.XReadArgs{
-			Streams: []string{fanoutStreamKey, last}, Count: 100, Block: watchBlock,
+			Streams: []string{fanoutStreamKey(shard), last}, Count: 100, Block: watchBlock,
 		}).Result()
 		switch {
 		case errors.Is(err, redis.Nil):
@@ -284,19 +333,21 @@ func (j *jobWatch) run(ctx context.Context, db *DB, stopped chan<- struct{}) {
 }
 
 // dedicatedClient returns a client of its own for the server (or cluster)
-// that c talks to, with the same options, and a func that closes it. A
-// command blocked on it ends as soon as it is closed, which a command on a
-// shared pool cannot be made to do. For a client of another kind it
-// returns c itself, and closing does nothing.
-func dedicatedClient(c redis.UniversalClient) (redis.UniversalClient, func()) {
+// that c talks to, with the same options and room for conns commands at
+// once, and a func that closes it. A command blocked on it ends as soon as
+// it is closed, which a command on a shared pool cannot be made to do. For
+// a client of another kind it returns c itself, and closing does nothing.
+func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient, func()) {
 	switch c := c.(type) {
 	case *redis.Client:
 		opts := *c.Options()
-		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = 1, 0, 1
+		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = conns, 0, conns
 		d := redis.NewClient(&opts)
 		return d, func() { d.Close() }
 	case *redis.ClusterClient:
+		// Its pool per node grows to the blocked reads on that node.
 		opts := *c.Options()
+		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = conns, 0, conns
 		d := redis.NewClusterClient(&opts)
 		return d, func() { d.Close() }
 	}
@@ -304,14 +355,14 @@ func dedicatedClient(c redis.UniversalClient) (redis.UniversalClient, func()) {
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.
-func (w *Worker) run(ctx context.Context, m redis.XMessage) error {
-	j, ok := parseJob(m)
+func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage) error {
+	j, ok := parseJob(shard, m)
 	if !ok {
 		w.db.log.ErrorContext(ctx, "fan-out job malformed; dropped", "id", m.ID, "values", m.Values)
-		return w.finish(ctx, m.ID)
+		return w.finish(ctx, shard, m.ID)
 	}
 	from := startCursor
-	saved, err := w.db.client.Get(ctx, fanoutCursorKey(j.id)).Result()
+	saved, err := w.db.client.Get(ctx, fanoutCursorKey(shard, j.id)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read cursor of fan-out job %s: %w", j.id, err)
 	} else if err == nil {
@@ -319,7 +370,7 @@ func (w *Worker) run(ctx context.Context, m redis.XMessage) error {
 			return fmt.Errorf("fan-out job %s: malformed cursor %q", j.id, saved)
 		}
 	}
-	save := func(next followerCursor) error { return w.saveCursor(ctx, j.id, next) }
+	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
 	switch j.op {
 	case opDeliver:
 		err = w.db.fanOut(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save)
@@ -331,17 +382,17 @@ func (w *Worker) run(ctx context.Context, m redis.XMessage) error {
 	} else if err != nil {
 		return fmt.Errorf("fan-out job %s (%s %s): %w", j.id, j.op, j.postID, err)
 	}
-	return w.finish(ctx, j.id)
+	return w.finish(ctx, shard, j.id)
 }
 
 // finish acknowledges a done job, deletes it from the stream and drops its
 // cursor, in one atomic step. A worker that dies just before it leaves the
 // job to be taken over, and that rerun delivers nothing twice.
-func (w *Worker) finish(ctx context.Context, id string) error {
+func (w *Worker) finish(ctx context.Context, shard int, id string) error {
 	_, err := w.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.XAck(ctx, fanoutStreamKey, fanOutGroup, id)
-		pipe.XDel(ctx, fanoutStreamKey, id)
-		pipe.Del(ctx, fanoutCursorKey(id))
+		pipe.XAck(ctx, fanoutStreamKey(shard), fanOutGroup, id)
+		pipe.XDel(ctx, fanoutStreamKey(shard), id)
+		pipe.Del(ctx, fanoutCursorKey(shard, id))
 		return nil
 	})
 	if err != nil {
@@ -359,8 +410,8 @@ var errLostJob = errors.New("fan-out job taken over by another worker")
 // this worker still owns it: a worker that stalled for longer than the
 // claim idle time and lost its job must not take it back.
 //
-// KEYS[1] -> w:{fanout}:jobs
-// KEYS[2] -> w:{fanout}:cursor:<entry id>
+// KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
+// KEYS[2] -> w:{fanout}:cursor:<entry id>, in the stream's slot
 // ARGV[1] -> the consumer group
 // ARGV[2] -> this worker's consumer name
 // ARGV[3] -> the job's entry id
@@ -378,9 +429,9 @@ redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[5])
 return 1
 `)
 
-func (w *Worker) saveCursor(ctx context.Context, id string, c followerCursor) error {
+func (w *Worker) saveCursor(ctx context.Context, shard int, id string, c followerCursor) error {
 	n, err := saveProgressScript.Run(ctx, w.db.client,
-		[]string{fanoutStreamKey, fanoutCursorKey(id)},
+		[]string{fanoutStreamKey(shard), fanoutCursorKey(shard, id)},
 		fanOutGroup, w.opts.Name, id, c.String(), int64(cursorTTL/time.Second)).Int64()
 	if err != nil {
 		return fmt.Errorf("save cursor: %w", err)
