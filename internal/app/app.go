@@ -45,6 +45,8 @@ func newDB(cfg Config, client redis.UniversalClient, log *slog.Logger, delivered
 		AsyncFanOut:   true, // by the in-process workers or `warble worker`
 		PullThreshold: cfg.PullThreshold,
 		FanOutShards:  cfg.FanoutShards,
+		WaitReplicas:  cfg.WaitReplicas,
+		WaitTimeout:   cfg.WaitTimeout,
 		InactiveAfter: cfg.InactiveAfter,
 		Delivered:     delivered,
 	})

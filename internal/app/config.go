@@ -37,6 +37,9 @@ type Config struct {
 	MetricsOn     bool   // serve Prometheus metrics at GET /metrics
 	MetricsAddr   string // if set, serve them on this address instead of Addr
 
+	WaitReplicas int           // replicas that confirm a signup, post or follow: 0 auto, -1 none
+	WaitTimeout  time.Duration // how long to wait for them
+
 	FanoutWorkers   int           // fan-out workers run in this process
 	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
 	FanoutBatch     int           // followers delivered to per round trip
@@ -96,6 +99,10 @@ func (c *Config) settings(p *pending) []setting {
 		rate("RATE_LIMIT_POSTS_PER_USER", "rate-posts-per-user", "posts by one user", &c.RateLimits.PostsPerUser),
 		rate("RATE_LIMIT_FOLLOWS_PER_USER", "rate-follows-per-user", "follows and unfollows by one user", &c.RateLimits.FollowsPerUser),
 		rate("RATE_LIMIT_WEBSOCKETS_PER_ADDRESS", "rate-websockets-per-address", "websocket connections opened from one client address", &c.RateLimits.WebsocketsPerAddress),
+		{env: "REDIS_WAIT_REPLICAS", flag: "redis-wait-replicas", value: (*waitReplicasValue)(&c.WaitReplicas), def: "`auto`",
+			usage: "how many replicas of each Redis master must confirm the writes of a signup, a post or a follow before Warble answers (Redis's `WAIT`), so that a master that dies does not take acknowledged writes with it: `auto` waits for one on a Redis Cluster whose every master has a replica, for none elsewhere; `off` never waits. See [Redis Cluster](#redis-cluster)"},
+		{env: "REDIS_WAIT_TIMEOUT", flag: "redis-wait-timeout", value: &durationValue{v: &c.WaitTimeout, min: time.Millisecond},
+			usage: "how long a write waits for its replicas; one they did not confirm by then is answered with an error (it may have been kept)"},
 		{env: "TRUST_FORWARDED_FOR", flag: "trust-forwarded-for", value: (*boolValue)(&c.TrustXFF),
 			usage: "behind a proxy that appends the client's address to `X-Forwarded-For`, take the address from there"},
 		{env: "FANOUT_WORKERS", flag: "fanout-workers", value: &intValue{v: &c.FanoutWorkers, min: 0},
@@ -138,6 +145,7 @@ func defaultConfig() (Config, *pending) {
 		FanoutBatch:     redisdb.DefaultBatch,
 		PullThreshold:   redisdb.DefaultPullThreshold,
 		InactiveAfter:   redisdb.DefaultInactiveAfter,
+		WaitTimeout:     redisdb.DefaultWaitTimeout,
 	}
 	return c, &pending{port: "8080"}
 }
@@ -422,5 +430,38 @@ func (l *levelValue) Set(s string) error {
 		return errors.New(strings.TrimPrefix(err.Error(), "slog: "))
 	}
 	*l = levelValue(v)
+	return nil
+}
+
+// waitReplicasValue is REDIS_WAIT_REPLICAS: auto (0), off (-1) or a
+// positive number.
+type waitReplicasValue int
+
+func (w *waitReplicasValue) String() string {
+	switch {
+	case w == nil:
+		return ""
+	case *w == 0:
+		return "auto"
+	case *w < 0:
+		return "off"
+	}
+	return strconv.Itoa(int(*w))
+}
+
+func (w *waitReplicasValue) Set(s string) error {
+	switch s {
+	case "auto":
+		*w = 0
+		return nil
+	case "off":
+		*w = -1
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q must be auto, off or a positive whole number", s)
+	}
+	*w = waitReplicasValue(n)
 	return nil
 }

@@ -170,7 +170,15 @@ func (s *AuthService) Signup(ctx context.Context, in warble.SignupInput) (*warbl
 		// The account exists and works; only the newest-users list missed it.
 		s.db.log.WarnContext(ctx, "signup: add to newest users", "user", id, "err", err)
 	}
-	return s.openSession(ctx, id)
+	p, err := s.openSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// The account, its name and its first session, on their replicas.
+	if err := s.db.awaitReplicas(ctx, userSeqKey, nameKey, userKey(id), newestUsersKey, sessionKey(hashToken(p.Token))); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Login implements warble.AuthService.

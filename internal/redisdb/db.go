@@ -59,6 +59,14 @@ type Options struct {
 	// Lowering it strands the jobs queued in the shards it drops: let the
 	// queue drain first.
 	FanOutShards int
+	// WaitReplicas is how many replicas of each master must confirm the
+	// writes of a signup, a post or a follow before they are answered
+	// (see durability.go). Zero, the default, waits for one on a Redis
+	// Cluster whose every master has a replica, and for none elsewhere; a
+	// negative number waits for none.
+	WaitReplicas int
+	// WaitTimeout bounds that wait; zero means DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// PulledStaleness bounds how old this process's copy of the set of
 	// pulled accounts may be (see pulledSet). Zero means
 	// DefaultPulledStaleness.
@@ -76,7 +84,9 @@ type DB struct {
 	log    *slog.Logger
 	seen   seenCache // see Seen
 	pulled pulledSet // this process's copy of pullAuthorsKey
-	jobs   jobWatch  // wakes this process's idle fan-out workers
+
+	replicaWait replicaWait // see replicasOf
+	jobs        jobWatch    // wakes this process's idle fan-out workers
 	// sharded is set on a Redis Cluster: timeline events then go out by
 	// SPUBLISH to shard channels, which only the master of the channel's
 	// slot carries, where a classic PUBLISH would reach every node of the
@@ -113,6 +123,9 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	}
 	if opts.PullThreshold == 0 {
 		opts.PullThreshold = DefaultPullThreshold
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = DefaultWaitTimeout
 	}
 	if opts.PulledStaleness <= 0 {
 		opts.PulledStaleness = DefaultPulledStaleness

@@ -215,7 +215,7 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	if status == 1 || added > 0 {
 		s.publishResync(ctx, followerID, newest)
 	}
-	return nil
+	return s.db.awaitReplicas(ctx, followingKey(followerID), followersKey(followeeID))
 }
 
 // Unfollow implements warble.FollowService. It undoes Follow's steps in

@@ -43,6 +43,11 @@ type hubConn struct {
 	// confirmed yet on this connection: a confirmation beyond them is
 	// Redis dropping the channel (see confirmedOnCluster).
 	unsubs map[string]int
+	// awaiting holds when each SSUBSCRIBE not confirmed yet was sent. A
+	// node that is not the slot's master yet (a replica in the middle of
+	// taking over) refuses it with an error, which go-redis does not
+	// hand on: the slot watch sends again what waited too long.
+	awaiting map[string]time.Time
 }
 
 // slotCheckEvery is how often a hub on a cluster checks that every
@@ -50,6 +55,10 @@ type hubConn struct {
 // failover is noticed at the latest this long after the cluster agreed on
 // it (sooner when a connection breaks or Redis unsubscribes a channel).
 const slotCheckEvery = time.Second
+
+// slotReload is how long the slot watch lets go-redis reload the slot map,
+// which it does in the background, before it looks at it.
+const slotReload = 250 * time.Millisecond
 
 // openConns opens the hub's first connection: on one Redis, the one it
 // keeps, subscribed to the hub's own channels. On a cluster those channels
@@ -98,6 +107,7 @@ func (h *Hub) subscribe(channel string, resync bool) error {
 	}
 	delete(h.orphans, channel)
 	c.channels[channel] = struct{}{}
+	c.awaiting[channel] = time.Now()
 	h.connOf[channel] = c
 	return c.ps.SSubscribe(h.ctx, channel)
 }
@@ -115,6 +125,7 @@ func (h *Hub) unsubscribeConn(channel string) error {
 	}
 	delete(h.connOf, channel)
 	delete(c.channels, channel)
+	delete(c.awaiting, channel)
 	c.unsubs[channel]++
 	err := c.ps.SUnsubscribe(h.ctx, channel)
 	if len(c.channels) == 0 {
@@ -146,6 +157,7 @@ func (h *Hub) connFor(channel string) (*hubConn, error) {
 		anchor:   prefix + "ch:hub:" + h.id + ":" + addr,
 		channels: make(map[string]struct{}),
 		unsubs:   make(map[string]int),
+		awaiting: make(map[string]time.Time),
 	}
 	c.ps = client.Subscribe(h.ctx, c.anchor)
 	h.conns[addr] = c
@@ -194,7 +206,13 @@ func (h *Hub) watchSlots() {
 		case <-tick.C:
 		case <-h.slotsMoved:
 		}
+		// The reload runs in the background: give it time to land.
 		cc.ReloadState(h.ctx)
+		select {
+		case <-h.done:
+			return
+		case <-time.After(slotReload):
+		}
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
@@ -220,6 +238,13 @@ func (h *Hub) moveChannels() {
 	}
 	for channel, resync := range h.orphans {
 		moves[channel] = resync
+	}
+	for _, c := range h.conns {
+		for channel, sent := range c.awaiting {
+			if time.Since(sent) > 2*slotCheckEvery {
+				moves[channel] = true
+			}
+		}
 	}
 	defer func() {
 		for _, c := range h.conns {

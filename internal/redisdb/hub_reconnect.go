@@ -121,6 +121,7 @@ func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe bo
 				h.orphans[channel] = true
 			}
 			clear(c.channels)
+			clear(c.awaiting)
 			h.checkSlots()
 		}
 		c.anchored = c.anchored || subscribe
@@ -142,5 +143,9 @@ func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe bo
 	}
 	// A confirmation for a channel that left this connection (it moved)
 	// is of no interest.
-	return h.connOf[m.Channel] == c
+	if h.connOf[m.Channel] != c {
+		return false
+	}
+	delete(c.awaiting, m.Channel)
+	return true
 }

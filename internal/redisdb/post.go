@@ -182,6 +182,11 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		// The answer's author field reads the author again then.
 		s.db.log.WarnContext(ctx, "read the author of a new post", "post", id, "err", err)
 	}
+	// The seq, the post with its job, and the job's index entry, on their
+	// replicas.
+	if err := s.db.awaitReplicas(ctx, postSeqKey, postKey(authorID, seqText), outboxIndexKey(s.db.fanOutShard(authorID))); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -487,6 +487,8 @@ func (n *ClusterNode) run() error {
 		// A replica may take over however long it was cut off: failover
 		// tests kill masters on purpose.
 		"--cluster-replica-validity-factor", "0",
+		// Replicas sync at once, not after the default 5s wait for others.
+		"--repl-diskless-sync-delay", "0",
 		"--dir", n.dir,
 		"--save", "",
 		"--appendonly", "no",
@@ -658,4 +660,29 @@ func (c *Cluster) nodeOfSlot(ctx context.Context, slot int) (*ClusterNode, error
 		}
 	}
 	return nil, fmt.Errorf("no node serves slot %d", slot)
+}
+
+// ReplicaOf returns a live replica of master, as the replicas say.
+func (c *Cluster) ReplicaOf(ctx context.Context, master *ClusterNode) (*ClusterNode, error) {
+	_, port, _ := net.SplitHostPort(master.Addr)
+	for _, node := range c.Nodes {
+		if node.cmd == nil || node == master {
+			continue
+		}
+		nc := node.client()
+		info, err := nc.Info(ctx, "replication").Result()
+		nc.Close()
+		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+port+"\r") {
+			return node, nil
+		}
+	}
+	return nil, fmt.Errorf("no replica of %s", master.Addr)
+}
+
+// IsMaster reports whether the node says it is a master now.
+func (n *ClusterNode) IsMaster(ctx context.Context) bool {
+	nc := n.client()
+	defer nc.Close()
+	info, err := nc.Info(ctx, "replication").Result()
+	return err == nil && strings.Contains(info, "role:master")
 }
