@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,5 +223,80 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 		if time.Now().After(deadline) {
 			t.Fatal("no live event in the 15s after the writes resumed")
 		}
+	}
+}
+
+// TestClusterWaitKeepsAcknowledgedWrites shows what the wait for a replica
+// buys, in the one case that asynchronous replication loses a write: the
+// replica is cut off from its master (frozen, its link closed), a post is
+// made on the master, and the master dies, so the replica takes over
+// without the post. Without the wait, CreatePost answered success and the
+// post is gone; with it, CreatePost answered an error.
+func TestClusterWaitKeepsAcknowledgedWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts clusters of 6 nodes and fails them over")
+	}
+	requireClusterable(t)
+	for _, wait := range []struct {
+		name     string
+		replicas int
+	}{{"off", -1}, {"one replica", 1}} {
+		t.Run(wait.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+			db := newClusterDB(t, c, Options{WaitReplicas: wait.replicas, WaitTimeout: 500 * time.Millisecond})
+			ada := mustSignup(t, db, "ada")
+			master, err := c.NodeOf(ctx, postsKey(ada.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			replica, err := c.ReplicaOf(ctx, master)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The post's seq comes from w:seq:post, maybe on another
+			// master: take one first, so that the post's own writes
+			// are all on the dying master.
+			mustCreatePost(t, db, ada.ID, "before")
+
+			if err := replica.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			if err := master.Client(t).Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+				t.Fatal(err)
+			}
+			p, createErr := NewPostService(db).CreatePost(ctx, ada.ID, "only the master has it")
+			master.Kill()
+			if err := replica.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the replica to take over", func() bool { return replica.IsMaster(ctx) })
+			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := c.WaitHealthy(hctx); err != nil {
+				t.Fatal(err)
+			}
+			if wait.replicas < 0 {
+				if createErr != nil {
+					t.Fatalf("CreatePost without the wait: %v, want success", createErr)
+				}
+				// Until the client has the new slot map, a read may
+				// still go to the dead master.
+				var err error
+				waitFor(t, "an answer from the new master", func() bool {
+					_, err = NewPostService(db).FindPostByID(ctx, p.ID)
+					return err == nil || warble.ErrorCode(err) == warble.ENOTFOUND
+				})
+				if warble.ErrorCode(err) != warble.ENOTFOUND {
+					t.Fatalf("the acknowledged post after the failover: %v; want it lost (NOT_FOUND)", err)
+				}
+				t.Logf("without the wait, post %s was acknowledged and lost", p.ID)
+				return
+			}
+			if warble.ErrorCode(createErr) != warble.EINTERNAL {
+				t.Fatalf("CreatePost with the wait, its replica cut off: %v, %v; want an INTERNAL error", p, createErr)
+			}
+			t.Logf("with the wait, CreatePost answered: %v", createErr)
+		})
 	}
 }

@@ -130,7 +130,10 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	if opts.PulledStaleness <= 0 {
 		opts.PulledStaleness = DefaultPulledStaleness
 	}
-	_, sharded := client.(*redis.ClusterClient)
+	cc, sharded := client.(*redis.ClusterClient)
+	if sharded {
+		cc.AddHook(slotReloader{cc})
+	}
 	if opts.FanOutShards <= 0 {
 		opts.FanOutShards = 1
 		if sharded {

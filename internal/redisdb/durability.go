@@ -2,7 +2,9 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -192,4 +194,26 @@ func waitChannel(key string) string {
 		}
 	}
 	return prefix + "ch:{" + tag + "}:wait"
+}
+
+// slotReloader is a go-redis hook that has a cluster client reload its slot
+// map when a pipeline could not reach a node. go-redis does so itself for
+// a single command, but a pipeline to a master that died keeps going to it
+// until something else reloads the map; after a failover, page reads (all
+// pipelines) would fail until then.
+type slotReloader struct{ cc *redis.ClusterClient }
+
+func (r slotReloader) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r slotReloader) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (r slotReloader) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		var netErr net.Error
+		if errors.As(err, &netErr) || errors.Is(err, io.EOF) || redis.HasErrorPrefix(err, "CLUSTERDOWN") {
+			r.cc.ReloadState(ctx) // in the background, at most every 200ms
+		}
+		return err
+	}
 }

@@ -686,3 +686,12 @@ func (n *ClusterNode) IsMaster(ctx context.Context) bool {
 	info, err := nc.Info(ctx, "replication").Result()
 	return err == nil && strings.Contains(info, "role:master")
 }
+
+// Signal sends sig to the node's process: SIGSTOP and SIGCONT freeze and
+// thaw it, as a host that stops answering for a while would.
+func (n *ClusterNode) Signal(sig os.Signal) error {
+	if n.cmd == nil {
+		return fmt.Errorf("node %s is not running", n.Addr)
+	}
+	return n.cmd.Process.Signal(sig)
+}
