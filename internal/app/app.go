@@ -34,8 +34,9 @@ type App struct {
 
 // newDB returns the services' DB over client; delivered, if set, counts
 // fan-out deliveries.
-func newDB(cfg Config, client redis.UniversalClient, log *slog.Logger, delivered func(int)) *redisdb.DB {
-	return redisdb.NewDB(client, redisdb.Options{
+func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered func(int)) *redisdb.DB {
+	return redisdb.NewDB(clients.primary, redisdb.Options{
+		ReplicaReads:  clients.replicas,
 		HomeCap:       cfg.HomeCap,
 		GlobalCap:     cfg.GlobalCap,
 		MaxFollowing:  cfg.MaxFollowing,
@@ -55,8 +56,14 @@ func newDB(cfg Config, client redis.UniversalClient, log *slog.Logger, delivered
 // New wires Warble over client: the services, their rate limits, the live
 // hub, metrics, FanoutWorkers fan-out workers, and the HTTP handler.
 func New(cfg Config, client redis.UniversalClient, log *slog.Logger) *App {
+	return newApp(cfg, redisClients{primary: client}, log)
+}
+
+// newApp is New with a client for the reads that may go to replicas.
+func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
+	client := clients.primary
 	m := metrics.New()
-	db := newDB(cfg, client, log, m.FanOutDelivered)
+	db := newDB(cfg, clients, log, m.FanOutDelivered)
 	hub := redisdb.NewHub(db)
 	client.AddHook(redisdb.ErrorHook(m.RedisError))
 	m.WatchFanOutQueue(db)

@@ -14,35 +14,53 @@ import (
 
 // openLogged makes the process's logger, which go-redis logs through too,
 // and opens its Redis (see openRedis).
-func openLogged(cfg Config, stderr io.Writer) (*slog.Logger, redis.UniversalClient, func(), error) {
+func openLogged(cfg Config, stderr io.Writer) (*slog.Logger, redisClients, func(), error) {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	redis.SetLogger(redisLogger{log})
-	client, closeRedis, err := openRedis(cfg.RedisURL, log)
-	return log, client, closeRedis, err
+	clients, closeRedis, err := openRedis(cfg.RedisURL, log)
+	return log, clients, closeRedis, err
+}
+
+// redisClients are the process's Redis clients: primary for everything,
+// and, when a cluster URL asks for reads from replicas (read_only=true,
+// route_by_latency=true or route_randomly=true), replicas for the reads
+// that may lag behind the writes (see redisdb.Options.ReplicaReads); nil
+// otherwise.
+type redisClients struct {
+	primary, replicas redis.UniversalClient
 }
 
 // openRedis connects to REDIS_URL, or starts the embedded Redis when it is
 // unset.
-func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), error) {
+func openRedis(url string, log *slog.Logger) (redisClients, func(), error) {
 	if url == "" {
 		m := miniredis.NewMiniRedis()
 		// Without it, the embedded Redis never expires keys: sessions,
 		// persisted queries and rate limits would last forever.
 		m.ClockTTL(true)
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return nil, nil, fmt.Errorf("start embedded redis: %w", err)
+			return redisClients{}, nil, fmt.Errorf("start embedded redis: %w", err)
 		}
 		log.Warn("REDIS_URL is not set: using an embedded in-memory Redis. Data lives in memory only and is gone when Warble stops.")
 		// Its Lua runs in a fresh interpreter per call, far slower than
 		// redis-server's: a fan-out pipeline of a thousand calls may
 		// outlast the usual 3s read timeout.
 		client := redis.NewClient(redisOptions(&redis.Options{Addr: m.Addr(), ReadTimeout: 30 * time.Second}))
-		return client, func() { client.Close(); m.Close() }, nil
+		return redisClients{primary: client}, func() { client.Close(); m.Close() }, nil
 	}
 	if isClusterURL(url) {
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {
-			return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+			return redisClients{}, nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		// Every read goes to the masters but those that may lag (see
+		// redisdb.Options.ReplicaReads), which get a client of their own
+		// with the URL's routing.
+		var replicas *redis.ClusterClient
+		if opts.ReadOnly || opts.RouteByLatency || opts.RouteRandomly {
+			ro := *opts
+			replicas = redis.NewClusterClient(clusterOptions(&ro))
+			opts.ReadOnly, opts.RouteByLatency, opts.RouteRandomly = false, false, false
 		}
 		client := redis.NewClusterClient(clusterOptions(opts))
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -50,13 +68,16 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 		if err := client.Ping(ctx).Err(); err != nil {
 			log.Warn("redis cluster does not answer yet; requests will fail until it does", "addrs", opts.Addrs, "err", err)
 		} else {
-			log.Info("connected to redis cluster", "addrs", opts.Addrs)
+			log.Info("connected to redis cluster", "addrs", opts.Addrs, "replica_reads", replicas != nil)
 		}
-		return client, func() { client.Close() }, nil
+		if replicas == nil {
+			return redisClients{primary: client}, func() { client.Close() }, nil
+		}
+		return redisClients{primary: client, replicas: replicas}, func() { client.Close(); replicas.Close() }, nil
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+		return redisClients{}, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	client := redis.NewClient(redisOptions(opts))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -66,7 +87,7 @@ func openRedis(url string, log *slog.Logger) (redis.UniversalClient, func(), err
 	} else {
 		log.Info("connected to redis", "addr", opts.Addr, "db", opts.DB)
 	}
-	return client, func() { client.Close() }, nil
+	return redisClients{primary: client}, func() { client.Close() }, nil
 }
 
 // isClusterURL reports whether a REDIS_URL is in go-redis's cluster form,

@@ -22,13 +22,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	log, client, closeRedis, err := openLogged(cfg, stderr)
+	log, clients, closeRedis, err := openLogged(cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 
-	a := New(cfg, client, log)
+	a := newApp(cfg, clients, log)
 	defer a.Close()
 
 	if cfg.MetricsAddr != "" {
@@ -59,13 +59,13 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	if cfg.RedisURL == "" {
 		return errors.New("warble worker needs REDIS_URL: the embedded Redis lives inside one server process")
 	}
-	log, client, closeRedis, err := openLogged(cfg, stderr)
+	log, clients, closeRedis, err := openLogged(cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 	n := max(cfg.FanoutWorkers, 1)
-	stop := startWorkers(cfg, newDB(cfg, client, log, nil), n)
+	stop := startWorkers(cfg, newDB(cfg, redisClients{primary: clients.primary}, log, nil), n)
 	log.Info("fan-out workers running", "workers", n)
 	<-ctx.Done()
 	stop()

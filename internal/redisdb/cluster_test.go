@@ -4,8 +4,12 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/warble/warble/internal/redistest"
@@ -165,5 +169,77 @@ func TestClusterHubFollowsItsSlots(t *testing.T) {
 		if n > 1 {
 			t.Errorf("%d pub/sub connections to %s, want at most 1", n, addr)
 		}
+	}
+}
+
+// TestClusterReplicaReads gives a DB a client that reads from replicas
+// (ReplicaReads, as REDIS_URL's read_only=true makes one) and checks, by
+// the replicas' own command counts, that the global timeline's pages and
+// profiles are read there, and that a home timeline is not.
+func TestClusterReplicaReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of 6 nodes")
+	}
+	requireClusterable(t)
+	ctx := context.Background()
+	c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1})
+	opts := c.Options()
+	opts.ReadOnly = true
+	replicas := redis.NewClusterClient(opts)
+	t.Cleanup(func() { replicas.Close() })
+	db := newClusterDB(t, c, Options{ReplicaReads: replicas})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	p := mustCreatePost(t, db, ada.ID, "hello") // waits for the replicas (WaitReplicas)
+	// Redis 7.0 calls a replica "loading" until its replication offset is
+	// known, which writes make so, and go-redis reads from its master
+	// until then: let the client see the replicas of the keys read.
+	waitFor(t, "the client to see replicas", func() bool {
+		replicas.ReloadState(ctx)
+		for _, key := range []string{globalKey, usernameKey("ada"), userKey(ada.ID)} {
+			m, err1 := replicas.MasterForKey(ctx, key)
+			r, err2 := replicas.SlaveForKey(ctx, key)
+			if err1 != nil || err2 != nil || m.Options().Addr == r.Options().Addr {
+				return false
+			}
+		}
+		return true
+	})
+
+	// How many ZRANGE and HMGET calls the replicas have served.
+	replicaCalls := func() int64 {
+		var n int64
+		for _, node := range c.Nodes {
+			if node.IsMaster(ctx) {
+				continue
+			}
+			stats := node.Client(t).Info(ctx, "commandstats").Val()
+			for _, line := range strings.Split(stats, "\n") {
+				if strings.HasPrefix(line, "cmdstat_zrange:") || strings.HasPrefix(line, "cmdstat_hmget:") {
+					calls, _, _ := strings.Cut(strings.TrimPrefix(line[strings.Index(line, ":")+1:], "calls="), ",")
+					v, _ := strconv.ParseInt(calls, 10, 64)
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	before := replicaCalls()
+	if got := readTimeline(t, db, warble.HomeFeed(bob.ID), 10, nil); !slices.Equal(got, []string{p.ID}) {
+		t.Fatalf("home = %v", got)
+	}
+	if n := replicaCalls() - before; n != 0 {
+		t.Errorf("a home timeline page made %d reads on replicas, want none", n)
+	}
+	before = replicaCalls()
+	if got := readTimeline(t, db, warble.GlobalFeed(), 10, nil); !slices.Equal(got, []string{p.ID}) {
+		t.Fatalf("global = %v, want the post (on the replica once CreatePost answered)", got)
+	}
+	if u, err := NewUserService(db).FindUserByUsername(ctx, "ada"); err != nil || u.PostsCount != 1 {
+		t.Fatalf("ada's profile = %+v, %v", u, err)
+	}
+	if n := replicaCalls() - before; n == 0 {
+		t.Error("the global timeline and a profile made no reads on replicas")
 	}
 }

@@ -52,6 +52,20 @@ type Options struct {
 	// they come back (see inactive.go). Zero means DefaultInactiveAfter;
 	// negative means nobody is skipped.
 	InactiveAfter time.Duration
+	// ReplicaReads, if set, is a client of the same Redis Cluster that
+	// routes reads to replicas (go-redis's ReadOnly, RouteByLatency or
+	// RouteRandomly). The reads that may lag behind the writes go through
+	// it: pages of the global timeline, the newest users, and user
+	// profiles looked up by username, with their counts. A replica is a
+	// few milliseconds behind its master at most in the usual case (and
+	// has every signup, post and follow that waited for it, see
+	// WaitReplicas), and none of those reads is the reader's own write
+	// read back. The rest stay on the masters: the viewer and their home
+	// timeline, which must show their own post or follow at once; follow
+	// lists and states, read to answer follows; sessions, which a login
+	// must find at once; and the live hub's reads, which must see what
+	// the masters published.
+	ReplicaReads redis.UniversalClient
 	// FanOutShards is how many streams the fan-out jobs are split over
 	// (see fanoutTag), each in its own hash slot, so that on a cluster the
 	// jobs and their workers' commands spread over the masters. Zero
@@ -86,7 +100,11 @@ type DB struct {
 	pulled pulledSet // this process's copy of pullAuthorsKey
 
 	replicaWait replicaWait // see replicasOf
-	jobs        jobWatch    // wakes this process's idle fan-out workers
+
+	// lagging is the DB for reads that may go to replicas (see
+	// Options.ReplicaReads): one over that client, or db itself.
+	lagging *DB
+	jobs    jobWatch // wakes this process's idle fan-out workers
 	// sharded is set on a Redis Cluster: timeline events then go out by
 	// SPUBLISH to shard channels, which only the master of the channel's
 	// slot carries, where a classic PUBLISH would reach every node of the
@@ -140,7 +158,13 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 			opts.FanOutShards = DefaultClusterFanOutShards
 		}
 	}
-	return &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
+	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
+	db.lagging = db
+	if opts.ReplicaReads != nil {
+		db.lagging = &DB{client: opts.ReplicaReads, opts: opts, log: opts.Logger, sharded: sharded}
+		db.lagging.lagging = db.lagging
+	}
+	return db
 }
 
 // Client returns the Redis client, for health checks.

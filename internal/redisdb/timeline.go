@@ -69,7 +69,14 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 	// follows (see pull.go). Which those are is read with the first range
 	// read, so a home page costs one more round trip only for a reader
 	// who follows one: two when somebody is pulled at all.
-	read := func(args redis.ZRangeArgs) ([]feedEntry, error) { return s.db.rangeFeed(ctx, args) }
+	// The global timeline may be read from a replica (see
+	// Options.ReplicaReads); cursors are seqs, so a page from a replica
+	// that lags and the next one from its master still meet exactly.
+	db := s.db
+	if feed.Kind == warble.FeedGlobal {
+		db = s.db.lagging
+	}
+	read := func(args redis.ZRangeArgs) ([]feedEntry, error) { return db.rangeFeed(ctx, args) }
 	if feed.Kind == warble.FeedHome {
 		var sources []string
 		known := false
@@ -110,7 +117,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", feed, err)
 		}
-		read, err := s.db.loadPosts(ctx, entries)
+		read, err := db.loadPosts(ctx, entries)
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", feed, err)
 		}

@@ -28,13 +28,15 @@ func (s *UserService) FindUserByUsername(ctx context.Context, username string) (
 	if warble.ValidateUsername(username) != nil {
 		return nil, warble.Errorf(warble.ENOTFOUND, "User not found.")
 	}
-	id, err := s.db.client.Get(ctx, usernameKey(warble.UsernameKey(username))).Result()
+	// A profile may be read from a replica (see Options.ReplicaReads).
+	db := s.db.lagging
+	id, err := db.client.Get(ctx, usernameKey(warble.UsernameKey(username))).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, warble.Errorf(warble.ENOTFOUND, "User not found.")
 	} else if err != nil {
 		return nil, fmt.Errorf("find user %q: %w", username, err)
 	}
-	return s.db.findUser(ctx, id)
+	return db.findUser(ctx, id)
 }
 
 // FindUsersByIDs implements warble.UserService.
@@ -44,11 +46,12 @@ func (s *UserService) FindUsersByIDs(ctx context.Context, ids []string) ([]*warb
 
 // NewestUsers implements warble.UserService.
 func (s *UserService) NewestUsers(ctx context.Context, n int) ([]*warble.User, error) {
-	ids, err := s.db.client.ZRevRange(ctx, newestUsersKey, 0, int64(n-1)).Result()
+	db := s.db.lagging // may be read from a replica (see Options.ReplicaReads)
+	ids, err := db.client.ZRevRange(ctx, newestUsersKey, 0, int64(n-1)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("newest users: %w", err)
 	}
-	users, err := s.db.findUsers(ctx, ids)
+	users, err := db.findUsers(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
