@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -241,5 +242,58 @@ func TestClusterReplicaReads(t *testing.T) {
 	}
 	if n := replicaCalls() - before; n == 0 {
 		t.Error("the global timeline and a profile made no reads on replicas")
+	}
+}
+
+// TestClusterShardedPubSubStaysOnItsMaster fans one post out to 10,000
+// followers on a 3-master cluster, with classic PUBLISH and with SPUBLISH,
+// and counts the pub/sub messages each master received from the others
+// over the cluster bus (CLUSTER INFO): a classic message is broadcast to
+// every node, a shard message goes only to its master's replicas (there
+// are none here). It logs the counts, which BENCHMARKS.md reports.
+func TestClusterShardedPubSubStaysOnItsMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fans out to 10,000 followers twice")
+	}
+	const n = 10000
+	c := testCluster(t)
+	ctx := context.Background()
+	received := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, m := range c.Masters() {
+			info := m.Client(t).ClusterInfo(ctx).Val()
+			for _, line := range strings.Split(info, "\n") {
+				k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+				if k == "cluster_stats_messages_publish_received" || k == "cluster_stats_messages_publishshard_received" {
+					x, _ := strconv.ParseInt(v, 10, 64)
+					out[m.Addr] += x
+				}
+			}
+		}
+		return out
+	}
+	for _, sharded := range []bool{false, true} {
+		db := newClusterDB(t, c, Options{PullThreshold: -1, InactiveAfter: -1})
+		db.sharded = sharded // classic PUBLISH, as Warble did on a cluster before
+		ada := mustSignup(t, db, fmt.Sprintf("ada%v", sharded))
+		manyFollowers(t, db, ada.ID, n)
+		before := received()
+		mustCreatePost(t, db, ada.ID, "to ten thousand") // fans out inline
+		after := received()
+		total := int64(0)
+		for _, m := range c.Masters() {
+			got := after[m.Addr] - before[m.Addr]
+			total += got
+			t.Logf("sharded=%v: master %s received %d pub/sub messages over the cluster bus", sharded, m.Addr, got)
+			switch {
+			case sharded && got != 0:
+				t.Errorf("with SPUBLISH, master %s received %d messages, want 0", m.Addr, got)
+			case !sharded && got < n/3:
+				// Each master gets every follower's message but those
+				// published on it (about a third).
+				t.Errorf("with PUBLISH, master %s received %d messages, want most of %d", m.Addr, got, n)
+			}
+		}
+		t.Logf("sharded=%v: %d messages over the bus in all for one post to %d followers", sharded, total, n)
 	}
 }
