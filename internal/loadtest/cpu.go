@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,4 +126,47 @@ func percent(share float64) string {
 		return "-"
 	}
 	return strconv.Itoa(int(share*100+0.5)) + "%"
+}
+
+// masterBusy is how busy one master of a cluster was over a measurement,
+// and which of the keys of note (see singleKeys) it holds.
+type masterBusy struct {
+	addr  string
+	busy  float64
+	holds []string
+}
+
+// masterMarks reads each master's main thread CPU time, by address.
+func masterMarks(ctx context.Context, cc *redis.ClusterClient) map[string]time.Duration {
+	var mu sync.Mutex
+	out := map[string]time.Duration{}
+	cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		t := redisCPU(ctx, m)
+		mu.Lock()
+		out[m.Options().Addr] = t
+		mu.Unlock()
+		return nil
+	})
+	return out
+}
+
+// mastersBusy returns how busy each master was between two masterMarks
+// over wall, with the keys of note each holds.
+func mastersBusy(ctx context.Context, cc *redis.ClusterClient, before, after map[string]time.Duration, wall time.Duration, keys map[string]string) []masterBusy {
+	var out []masterBusy
+	for addr, t := range after {
+		m := masterBusy{addr: addr, busy: -1}
+		if b, ok := before[addr]; ok && b >= 0 && t >= 0 && wall > 0 {
+			m.busy = float64(t-b) / float64(wall)
+		}
+		for name, key := range keys {
+			if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr == addr {
+				m.holds = append(m.holds, name)
+			}
+		}
+		slices.Sort(m.holds)
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b masterBusy) int { return strings.Compare(a.addr, b.addr) })
+	return out
 }

@@ -225,11 +225,20 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			{create, o.concurrency, &creates}, {create, 1, &singles},
 		} {
 			before := markCPU(ctx, client)
+			cc, cluster := client.(*redis.ClusterClient)
+			var masters map[string]time.Duration
+			if cluster && m.dst == &creates {
+				masters = masterMarks(ctx, cc)
+			}
+			start := time.Now()
 			r, err := measure(ctx, m.concurrency, o.duration, m.fn)
 			if err != nil {
 				return err
 			}
 			r.redisCPU, r.toolCPU = before.busy(markCPU(ctx, client))
+			if masters != nil {
+				rep.createMasters = mastersBusy(ctx, cc, masters, masterMarks(ctx, cc), time.Since(start), redisdb.Keys.Single())
+			}
 			*m.dst = append(*m.dst, r)
 			if m.dst == &creates || m.dst == &singles {
 				// A createPost run leaves fan-out jobs queued; the

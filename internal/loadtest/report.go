@@ -20,6 +20,9 @@ type report struct {
 	drain                       time.Duration // for the queue to empty after a createPost run
 	fanAuthors                  []fanAuthor
 	fan                         []fanResult
+	// On a Redis Cluster, each master's main thread during the last
+	// concurrent createPost run, and where the single keys live.
+	createMasters []masterBusy
 }
 
 // The targets of the fan-out work (issue "Fan-out at scale").
@@ -137,6 +140,7 @@ func (r *report) write(out io.Writer) {
 	row("`homeTimeline(first: 20)` with authors, HTTP", r.home)
 	row("`{ __typename }`, HTTP", r.typename)
 	row("same page, go-redis directly (range + 2 pipelines)", r.raw)
+	defer r.writeMasters(out)
 	row(fmt.Sprintf("`createPost`, HTTP, by the %d users with ≤ %d followers (most: %d)", r.createAuthors, o.fewFollowers, r.createMaxFollowers), r.create)
 	row("`createPost`, the same, one request at a time", r.createSingle)
 	fmt.Fprintf(out, "\nhome page / `__typename`: %.2f (target ≥ %.2f); home page / raw Redis: %.2f (target ≥ %.2f)\n",
@@ -188,4 +192,18 @@ func upperFirst(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// writeMasters reports, on a cluster, how busy each master was during the
+// last concurrent createPost run, and which master holds the keys that
+// every post writes (the post sequence and the global timeline).
+func (r *report) writeMasters(out io.Writer) {
+	if len(r.createMasters) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nRedis Cluster masters during the last `createPost` run at concurrency %d:\n\n", r.opts.concurrency)
+	fmt.Fprintf(out, "| master | main thread busy | holds |\n|---|---|---|\n")
+	for _, m := range r.createMasters {
+		fmt.Fprintf(out, "| %s | %s | %s |\n", m.addr, percent(m.busy), strings.Join(m.holds, ", "))
+	}
 }

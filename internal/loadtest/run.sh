@@ -5,6 +5,11 @@
 #   internal/loadtest/run.sh -users 2000 -runs 5 -duration 3s
 # CI runs it on a tiny graph to prove it works:
 #   internal/loadtest/run.sh -users 30 -posts 2 -runs 1 -duration 200ms -concurrency 4
+# With --cluster first, Redis is a 3-master Redis Cluster on loopback
+# (internal/redistest/cmd/redis-cluster) instead of one redis-server, and
+# with --cluster-replicas the same with a replica per master (writes then
+# wait for a replica, unless REDIS_WAIT_REPLICAS=off is set):
+#   internal/loadtest/run.sh --cluster -users 2000 -runs 5
 # The server gets FANOUT_PULL_THRESHOLD (default here 1000000, above every
 # fan-out size the tool times) so that fan-out is measured on the push path;
 # set it in the environment to measure another. The tool is told the value
@@ -21,12 +26,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis-server --port 0 --unixsocket "$dir/redis.sock" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
-pids+=($!)
+cluster=
+replicas=0
+case "${1:-}" in
+  --cluster) cluster=1; shift ;;
+  --cluster-replicas) cluster=1; replicas=1; shift ;;
+esac
+
 go build -o "$dir/warble" .
 go build -o "$dir/loadtest" ./internal/loadtest
-for _ in $(seq 100); do redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis_url="unix://$dir/redis.sock"
+if [ -n "$cluster" ]; then
+  go build -o "$dir/redis-cluster" ./internal/redistest/cmd/redis-cluster
+  "$dir/redis-cluster" -replicas "$replicas" >"$dir/redis.log" 2>&1 &
+  pids+=($!)
+  redis_url=
+  for _ in $(seq 600); do
+    redis_url=$(grep -m1 '^redis://' "$dir/redis.log" || true)
+    [ -n "$redis_url" ] && break
+    sleep 0.1
+  done
+  if [ -z "$redis_url" ]; then echo "the Redis Cluster did not start:"; cat "$dir/redis.log"; exit 1; fi
+else
+  redis-server --port 0 --unixsocket "$dir/redis.sock" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do redis-cli -s "$dir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis_url="unix://$dir/redis.sock"
+fi
 
 pull_threshold=${FANOUT_PULL_THRESHOLD:-1000000}
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
@@ -45,6 +70,6 @@ done
 if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
 "$dir/loadtest" -url "$url" -redis-url "$redis_url" \
-  -pull-threshold "$pull_threshold" -note "commit $commit" "$@" || {
+  -pull-threshold "$pull_threshold" -note "commit $commit${cluster:+, 3-master Redis Cluster with $replicas replica(s) per master, REDIS_WAIT_REPLICAS=${REDIS_WAIT_REPLICAS:-auto}}" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }

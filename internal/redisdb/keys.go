@@ -174,6 +174,18 @@ func (Layout) Seen(userID string) string { return seenKey(userID) }
 // Post is a post's hash.
 func (Layout) Post(authorID, seq string) string { return postKey(authorID, seq) }
 
+// Single names the keys that are one key for the whole of Warble, with
+// what they are: every post writes the first two, which on a cluster live
+// on one master each.
+func (Layout) Single() map[string]string {
+	return map[string]string{
+		"`w:seq:post`": postSeqKey,
+		"`w:global`":   globalKey,
+		"`w:seq:user`": userSeqKey,
+		"`w:pull`":     pullAuthorsKey,
+	}
+}
+
 // Username is the key of a username's claim; it lowercases the name as
 // Signup does.
 func (Layout) Username(name string) string { return usernameKey(warble.UsernameKey(name)) }
