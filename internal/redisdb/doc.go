@@ -8,7 +8,8 @@
 // which queue.go feeds with jobs and worker.go runs; pull.go merges the
 // posts of accounts too big to fan out into home timelines; inactive.go
 // skips followers who are away; the hub*.go files are the live timelines.
-// scripts.go runs pipelines of Lua scripts. The design behind them follows.
+// scripts.go runs pipelines of Lua scripts; durability.go waits for
+// replicas. The design behind them follows.
 //
 // # Posts and timelines
 //
@@ -145,7 +146,13 @@
 // # Live timelines
 //
 // Hub implements warble.LiveService over one Redis pub/sub connection per
-// process, shared by every subscription.
+// process, shared by every subscription. On a Redis Cluster, timeline
+// events are shard messages (SPUBLISH, from the script that writes the
+// timeline, on a channel in the timeline's slot), which only the master of
+// that slot carries, and the hub holds one connection per master that
+// serves one of its channels (hub_conns.go): it follows the slots when
+// they move or a master fails over, and its channels' listeners get a
+// RESYNC then, as after a reconnect.
 //
 // Each timeline channel with local listeners has one hubChannel
 // (hub_channels.go): a SUBSCRIBE when its first listener arrives, an
