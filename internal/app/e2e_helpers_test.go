@@ -50,7 +50,13 @@ func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change 
 	for _, f := range change {
 		f(&cfg)
 	}
-	rs := redistest.New(t)
+	return startTestServer(t, redistest.New(t), cfg, wrap)
+}
+
+// startTestServer starts Warble with cfg on rs, the Redis of another test
+// server too, for tests of two Warbles on one Redis.
+func startTestServer(t testing.TB, rs *redistest.Server, cfg Config, wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

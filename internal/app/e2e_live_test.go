@@ -402,3 +402,36 @@ func TestStalledClientIsDisconnected(t *testing.T) {
 	}
 	t.Fatal("the stalled client is still connected")
 }
+
+// TestLiveAcrossTwoServers runs two Warble servers on one Redis (on a Redis
+// Cluster under REDISTEST_CLUSTER=1, where their hubs hold connections to
+// the masters of the channels' slots): a post made through one server
+// reaches live subscribers of the other, on the home, global and user
+// timelines.
+func TestLiveAcrossTwoServers(t *testing.T) {
+	one := newTestServer(t)
+	two := startTestServer(t, one.redis, one.app.cfg, nil)
+	ada := one.signup(t, "ada")
+	bob := one.signup(t, "bob")
+	one.follow(t, ada, bob)
+	// Subscribing after a known cursor: nothing after it can be missed,
+	// however long the subscriptions take to start.
+	after := one.syncCursor(t, bob)
+	eventually(t, "the sync post reaches ada's home", func() bool {
+		return len(one.home(t, ada, 1).Edges) == 1
+	})
+	c := two.connect(t, protoTransportWS, ada.Token)
+	c.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	c.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+	c.subscribe("bob", `subscription($u: String!, $a: String) { userPosts(username: $u, after: $a) { `+eventFields+` } }`,
+		map[string]any{"u": bob.Username, "a": after})
+	id := one.post(t, bob, "from the other server")
+	got := map[string]bool{}
+	for len(got) < 3 {
+		m := c.next()
+		ev := decodeEvent(t, m)
+		if ev.Kind == "POST_ADDED" && ev.PostID != nil && *ev.PostID == id {
+			got[m.ID] = true
+		}
+	}
+}
