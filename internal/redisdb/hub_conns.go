@@ -7,12 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The hub's pub/sub connections.
-//
-// go-redis subscribes a connection's channels again when it reconnects, in
-// one SSUBSCRIBE; on a cluster that fails (CROSSSLOT) unless they share a
-// slot. So the hub does it itself, one channel per command, and the
-// connection's own attempt at most confirms some of them early.
+// hubConn is one of the hub's pub/sub connections.
 //
 // On one Redis the hub holds one connection, with classic SUBSCRIBE, as
 // PUBLISH reaches every subscriber of the server.
@@ -26,6 +21,11 @@ import (
 // slots move (a failover, a resharding), the channels go where their slots
 // went (see watchSlots), and their listeners get a RESYNC, as after a
 // reconnect.
+//
+// go-redis subscribes a connection's channels again when it reconnects, in
+// one SSUBSCRIBE; on a cluster that fails (CROSSSLOT) unless they share a
+// slot. So the hub does it itself, one channel per command, and the
+// connection's own attempt at most confirms some of them early.
 type hubConn struct {
 	addr   string // the master's address; "" for the connection to one Redis
 	client *redis.Client
@@ -33,9 +33,9 @@ type hubConn struct {
 	// anchor, on a cluster connection, is a classic channel that nobody
 	// publishes on, subscribed before anything else. go-redis subscribes
 	// to classic channels before shard channels when it reconnects, so a
-	// confirmation of the anchor with a count of 1 after the first one
-	// says the connection was made anew, before the confirmations of its
-	// shard channels come (see confirmed).
+	// confirmation of the anchor after the first one says the connection
+	// was made anew, before the confirmations of its shard channels come
+	// (see confirmedOnCluster).
 	anchor   string
 	anchored bool                // the anchor was confirmed once
 	channels map[string]struct{} // the shard channels on this connection
@@ -112,7 +112,7 @@ func (h *Hub) subscribe(channel string, resync bool) error {
 	return c.ps.SSubscribe(h.ctx, channel)
 }
 
-// unsubscribe drops channel from its connection, and closes a cluster
+// unsubscribeConn drops channel from its connection, and closes a cluster
 // connection that has no channel left. Callers hold h.mu.
 func (h *Hub) unsubscribeConn(channel string) error {
 	if h.single != nil {
