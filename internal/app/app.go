@@ -50,6 +50,9 @@ func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered func(in
 		WaitTimeout:   cfg.WaitTimeout,
 		InactiveAfter: cfg.InactiveAfter,
 		Delivered:     delivered,
+
+		FollowerBucketThreshold: cfg.BucketThreshold,
+		FollowerBuckets:         cfg.FollowerBuckets,
 	})
 }
 

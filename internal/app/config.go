@@ -46,6 +46,8 @@ type Config struct {
 	FanoutShards    int           // streams the fan-out jobs are split over; 0: 1 on one Redis, 8 on a cluster
 	PullThreshold   int           // followers above which posts are pulled, not pushed; -1: never
 	InactiveAfter   time.Duration // unseen this long, a follower is skipped by fan-out; -1: never
+	BucketThreshold int           // followers above which an account's followers go into buckets; 0: auto, -1: never
+	FollowerBuckets int           // how many buckets they go into
 
 	// Not settings: tests change them.
 	BcryptCost   int           // zero for the default
@@ -114,6 +116,11 @@ func (c *Config) settings(p *pending) []setting {
 			usage: "how many streams (each in a hash slot of its own) the fan-out jobs are split over, an author's jobs always in the same one; every server and `warble worker` must have the same value, and lowering it strands the jobs queued in the shards it drops, so let the queue drain first"},
 		{env: "FANOUT_PULL_THRESHOLD", flag: "fanout-pull-threshold", value: &intValue{v: &c.PullThreshold, min: 1, off: true},
 			usage: "an account with more followers than this is not fanned out: its posts are merged into its followers' home timelines when they are read (hybrid push/pull); `off` fans out every post"},
+		{env: "FOLLOWERS_BUCKET_THRESHOLD", flag: "followers-bucket-threshold", value: &intValue{v: &c.BucketThreshold, min: 1, off: true},
+			def:   "`100000` on a Redis Cluster, `off` on one Redis",
+			usage: "an account with more followers than this has them moved, by the fan-out workers and with no downtime, from one sorted set (one hash slot, so one master) into `FOLLOWERS_BUCKETS` sorted sets with hash slots of their own, spread over the masters; follows, counts, follower lists and fan-out read and write the buckets from then on; `off` keeps every account's followers in one set"},
+		{env: "FOLLOWERS_BUCKETS", flag: "followers-buckets", value: &intValue{v: &c.FollowerBuckets, min: 2},
+			usage: "how many buckets an account's followers are split into when it crosses `FOLLOWERS_BUCKET_THRESHOLD`; an account keeps the number it got"},
 		{env: "FANOUT_INACTIVE_AFTER", flag: "fanout-inactive-after", value: &durationValue{v: &c.InactiveAfter, min: time.Hour, off: true},
 			usage: "fan-out skips a follower who has made no signed-in request for this long (an hour or more); their home timeline is rebuilt from the people they follow on their next request; `off` skips nobody"},
 		{env: "METRICS", flag: "metrics", value: &p.metrics, def: "`on` in development, `off` in production",
@@ -144,6 +151,7 @@ func defaultConfig() (Config, *pending) {
 		FanoutClaimIdle: redisdb.DefaultClaimIdle,
 		FanoutBatch:     redisdb.DefaultBatch,
 		PullThreshold:   redisdb.DefaultPullThreshold,
+		FollowerBuckets: redisdb.DefaultFollowerBuckets,
 		InactiveAfter:   redisdb.DefaultInactiveAfter,
 		WaitTimeout:     redisdb.DefaultWaitTimeout,
 	}

@@ -26,6 +26,13 @@ const (
 	// DefaultPullThreshold is how many followers an account may have and
 	// still have its posts fanned out; see Options.PullThreshold.
 	DefaultPullThreshold = 10_000
+	// DefaultFollowerBucketThreshold is how many followers an account
+	// keeps in one sorted set on a Redis Cluster before they are split
+	// into buckets; see Options.FollowerBucketThreshold.
+	DefaultFollowerBucketThreshold = 100_000
+	// DefaultFollowerBuckets is how many buckets such an account's
+	// followers are split into: a few per master of a small cluster.
+	DefaultFollowerBuckets = 16
 )
 
 // Options tune a DB. The zero value of each field means its default.
@@ -85,6 +92,18 @@ type Options struct {
 	// pulled accounts may be (see pulledSet). Zero means
 	// DefaultPulledStaleness.
 	PulledStaleness time.Duration
+	// FollowerBucketThreshold is how many followers an account may have
+	// in one sorted set, on one master. Past it, workers move its
+	// followers into FollowerBuckets sorted sets with hash tags of their
+	// own, spread over the masters (see buckets.go), while follows,
+	// reads and fan-out go on. Zero means DefaultFollowerBucketThreshold
+	// on a Redis Cluster and none on one Redis, where buckets would only
+	// cost; negative means none.
+	FollowerBucketThreshold int
+	// FollowerBuckets is how many buckets an account's followers are
+	// split into when it crosses the threshold; an account keeps the
+	// number it got. Zero means DefaultFollowerBuckets; at least 2.
+	FollowerBuckets int
 	// Delivered, if set, is told how many home timelines each fan-out
 	// batch added a post to, for metrics.
 	Delivered func(n int)
@@ -158,6 +177,16 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 			opts.FanOutShards = DefaultClusterFanOutShards
 		}
 	}
+	if opts.FollowerBucketThreshold == 0 {
+		opts.FollowerBucketThreshold = -1
+		if sharded {
+			opts.FollowerBucketThreshold = DefaultFollowerBucketThreshold
+		}
+	}
+	if opts.FollowerBuckets <= 0 {
+		opts.FollowerBuckets = DefaultFollowerBuckets
+	}
+	opts.FollowerBuckets = max(2, opts.FollowerBuckets)
 	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
 	db.lagging = db
 	if opts.ReplicaReads != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // fanOutChunk is how many followers one round trip of fan-out (or of its
@@ -105,9 +107,9 @@ return 1
 // post's hash is gone: a delete raced this fan-out, and its own job may
 // already have passed these followers. Each batch checks that in the same
 // pipeline, after its deliveries, and a job checks it before its first
-// batch, since a worker that died between a batch and its check left the
-// cursor at most fanOutDepth-1 batches before it. The doc comment at the
-// top of fanout.go has the whole argument.
+// batch, since a worker that died between a batch and its check left
+// batches in flight after its cursor. The package doc (doc.go) has the
+// whole argument.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
 	seqText := strconv.FormatInt(seq, 10)
@@ -137,9 +139,14 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			}
 		}
 		// Undo the batches that may have been in flight when the job
-		// stopped: fanOutDepth of them from the cursor on.
+		// stopped, which start at the cursor: every follower from the
+		// cursor on. Counting fanOutDepth batches would not do, since
+		// the chunks read now need not be the ones read then (a follow
+		// into a bucket not yet walked, or the move into buckets,
+		// changes them), and this path is as rare as a worker dying
+		// while the post is deleted.
 		pos := from
-		for range fanOutDepth {
+		for {
 			followers, next, last, err := db.followerChunk(ctx, authorID, pos, batch)
 			if err != nil {
 				return err
@@ -149,7 +156,6 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			}
 			pos = next
 		}
-		return nil
 	}
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
@@ -320,43 +326,59 @@ func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error 
 	return nil
 }
 
-// followerChunk returns up to n followers of authorID from position c on,
+// followerChunk returns up to n followers of authorID after position c,
 // oldest follow first, the position after them, and whether they are the
 // last.
 //
-// The walk goes by score (follow time), not by rank: an unfollow during the
-// walk would shift every later rank down and make a rank walk skip a
-// follower. A new follow has the newest score, so it lands at the end, and
-// its backfill copies the post anyway. Followers tied on the last score read
-// are skipped by offset; a tie that an unfollow shifts can at worst deliver
-// twice, which delivery ignores.
+// The walk goes by keyset (follow time, then id), not by rank: an unfollow
+// during the walk would shift every later rank down and make a rank walk
+// skip a follower, and so would an offset among followers tied on one
+// time. A new follow has the newest time, so it lands at the end, and its
+// backfill copies the post anyway.
+//
+// An account's followers in buckets are walked one bucket after the
+// other, each by keyset from the cursor's floor on. A walk that began in
+// the one set and finds the followers moved into buckets (see buckets.go)
+// goes on in every bucket from the follow time it had reached: the buckets
+// keep each follower's follow time, so what is older was walked already,
+// and the followers tied on that time are delivered to again, harmlessly.
+// A follow made meanwhile into a bucket walked already is, again, newer
+// than the post, and backfilled.
 func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCursor, n int) ([]string, followerCursor, bool, error) {
-	chunk, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: followersKey(authorID), Start: c.min, Stop: "+inf", ByScore: true,
-		Offset: c.tied, Count: int64(n),
-	}).Result()
-	if err != nil {
-		return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
+	var followers []string
+	if c.buckets == 0 {
+		entries, moved, err := db.walkFollowers(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n)
+		if err != nil {
+			return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
+		}
+		if moved == 0 {
+			followers = make([]string, len(entries))
+			for i, e := range entries {
+				followers[i] = e.member
+			}
+			if len(entries) > 0 {
+				c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
+			}
+			return followers, c, len(entries) < n, nil
+		}
+		c = followerCursor{buckets: moved, floor: c.at, at: c.at}
 	}
-	followers := make([]string, len(chunk))
-	for i, z := range chunk {
-		followers[i], _ = z.Member.(string)
-	}
-	if len(chunk) < n {
-		return followers, c, true, nil
-	}
-	last := chunk[len(chunk)-1].Score
-	tied := int64(0)
-	for _, z := range chunk {
-		if z.Score == last {
-			tied++
+	for c.bucket < c.buckets && len(followers) < n {
+		want := n - len(followers)
+		entries, _, err := db.walkFollowers(ctx, followerBucketKey(authorID, c.bucket), "", c.at, c.member, want)
+		if err != nil {
+			return nil, c, false, fmt.Errorf("read followers of %s in bucket %d: %w", authorID, c.bucket, err)
+		}
+		for _, e := range entries {
+			followers = append(followers, e.member)
+		}
+		if len(entries) < want {
+			c = followerCursor{buckets: c.buckets, bucket: c.bucket + 1, floor: c.floor, at: c.floor}
+		} else {
+			c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 		}
 	}
-	next := followerCursor{min: formatScore(last), tied: tied}
-	if next.min == c.min {
-		next.tied += c.tied // the whole chunk shares the score of the one before
-	}
-	return followers, next, false, nil
+	return followers, c, c.bucket >= c.buckets, nil
 }
 
 // noSave is a fanOut save function that saves nothing, for a fan-out
@@ -364,26 +386,69 @@ func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCurs
 func noSave(followerCursor) error { return nil }
 
 // startCursor is the position before every follower.
-var startCursor = followerCursor{min: "-inf"}
+var startCursor = followerCursor{at: "-inf"}
 
-// followerCursor is a position in a followers set, walked by score: the
-// lowest score still to read and how many followers at that score were
-// read already.
+// followerCursor is a position in an account's followers, after the entry
+// (at, member) of the one set, or of one of its buckets. With member "",
+// it is before every entry whose score is at or more.
 type followerCursor struct {
-	min  string // a score, or -inf at the start
-	tied int64
+	buckets int    // 0 in the one set; else how many buckets the walk goes through
+	bucket  int    // the bucket the walk is in; buckets when it is done
+	floor   string // the score each next bucket is walked from: -inf, or where the walk left the one set
+	at      string // a score as Redis prints it, or -inf
+	member  string
 }
 
-func (c followerCursor) String() string { return c.min + " " + strconv.FormatInt(c.tied, 10) }
+// String is the cursor as a job saves it: "k <at> <member>" in the one
+// set, "b <buckets> <bucket> <floor> <at> <member>" in buckets, with "-"
+// for no member.
+func (c followerCursor) String() string {
+	member := c.member
+	if member == "" {
+		member = "-"
+	}
+	if c.buckets == 0 {
+		return "k " + c.at + " " + member
+	}
+	return "b " + strconv.Itoa(c.buckets) + " " + strconv.Itoa(c.bucket) + " " + c.floor + " " + c.at + " " + member
+}
 
+// parseFollowerCursor reads a saved cursor. It also reads the "<score>
+// <tied>" of Warble before keyset cursors, as the position before every
+// follower at that score: the followers tied on it are delivered to again,
+// which delivery makes harmless.
 func parseFollowerCursor(s string) (followerCursor, bool) {
-	min, tiedText, ok := strings.Cut(s, " ")
-	tied, err := strconv.ParseInt(tiedText, 10, 64)
-	if !ok || err != nil || tied < 0 {
-		return followerCursor{}, false
+	isScore := func(v string) bool {
+		_, err := strconv.ParseFloat(v, 64)
+		return err == nil || v == "-inf"
 	}
-	if _, err := strconv.ParseFloat(min, 64); err != nil && min != "-inf" {
-		return followerCursor{}, false
+	isMember := func(v string) bool { return v == "-" || warble.ValidUserID(v) }
+	member := func(v string) string {
+		if v == "-" {
+			return ""
+		}
+		return v
 	}
-	return followerCursor{min: min, tied: tied}, true
+	f := strings.Fields(s)
+	switch {
+	case len(f) == 2: // the old form
+		tied, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || tied < 0 || !isScore(f[0]) {
+			return followerCursor{}, false
+		}
+		return followerCursor{at: f[0]}, true
+	case len(f) == 3 && f[0] == "k":
+		if !isScore(f[1]) || !isMember(f[2]) {
+			return followerCursor{}, false
+		}
+		return followerCursor{at: f[1], member: member(f[2])}, true
+	case len(f) == 6 && f[0] == "b":
+		n, nerr := strconv.Atoi(f[1])
+		b, berr := strconv.Atoi(f[2])
+		if nerr != nil || berr != nil || n < 1 || b < 0 || b > n || !isScore(f[3]) || !isScore(f[4]) || !isMember(f[5]) {
+			return followerCursor{}, false
+		}
+		return followerCursor{buckets: n, bucket: b, floor: f[3], at: f[4], member: member(f[5])}, true
+	}
+	return followerCursor{}, false
 }

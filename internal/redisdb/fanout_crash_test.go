@@ -3,12 +3,12 @@ package redisdb
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -203,8 +203,11 @@ func testKilledWorker(t *testing.T, command func() *exec.Cmd) {
 
 // parseCursorText returns the score of a saved follower cursor.
 func parseCursorText(s string) (int, error) {
-	score, _, _ := strings.Cut(s, " ")
-	f, err := strconv.ParseFloat(score, 64)
+	c, ok := parseFollowerCursor(s)
+	if !ok {
+		return 0, fmt.Errorf("malformed cursor %q", s)
+	}
+	f, err := strconv.ParseFloat(c.at, 64)
 	return int(f), err
 }
 

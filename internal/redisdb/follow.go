@@ -131,13 +131,22 @@ return removed
 // entries of one millisecond, which are few unless follows were imported in
 // bulk.
 //
-// KEYS[1] -> a followers or following set
+// KEYS[1] -> a followers or following set, or a follower bucket
+// KEYS[2] -> w:u:{<id>}, given with an account's one followers set only:
+// its followerBuckets field says whether the set still holds the followers
 // ARGV[1] -> how many entries to return
 // ARGV[2] -> position's followed-at, unix ms; "" for the start
 // ARGV[3] -> position's member
 //
-// Returns {ZCARD, member, score, member, score, …}.
+// Returns {ZCARD, member, score, member, score, …}, or {-<n>} when the
+// followers are in n buckets.
 var followPageScript = redis.NewScript(`
+if #KEYS > 1 then
+	local state = redis.call('HGET', KEYS[2], 'followerBuckets')
+	if state and string.match(state, '^%d+$') then
+		return {-tonumber(state)}
+	end
+end
 local limit = tonumber(ARGV[1])
 local out = {redis.call('ZCARD', KEYS[1])}
 local function push(entries)
@@ -205,7 +214,8 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 		return warble.Errorf(warble.EINVALID,
 			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
 	}
-	if err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1])); err != nil {
+	written, err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1]))
+	if err != nil {
 		return err
 	}
 	added, newest, err := s.backfill(ctx, followerID, followeeID)
@@ -215,7 +225,7 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	if status == 1 || added > 0 {
 		s.publishResync(ctx, followerID, newest)
 	}
-	return s.db.awaitReplicas(ctx, followingKey(followerID), followersKey(followeeID))
+	return s.db.awaitReplicas(ctx, append(written, followingKey(followerID))...)
 }
 
 // Unfollow implements warble.FollowService. It undoes Follow's steps in
@@ -231,7 +241,7 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 	if err != nil {
 		return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
 	}
-	if err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
+	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
 		return err
 	}
 	removedPosts, err := s.unbackfill(ctx, followerID, followeeID)
@@ -276,29 +286,30 @@ func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID st
 //
 // The write and the read are separate round trips on purpose: on Redis
 // Cluster the two keys are on different nodes, and a pipeline would not keep
-// the read after the write.
-func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at string) error {
+// the read after the write. A write of the mirror is the one set, and the
+// follower's bucket too for an account whose followers are in buckets or
+// moving there (mirrorFollower). It returns the keys of the last write.
+func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at string) ([]string, error) {
 	for {
-		var err error
+		mirrorAt := ""
 		if following {
-			err = s.db.client.ZAdd(ctx, followersKey(followeeID), redis.Z{Score: parseReplyScore(at), Member: followerID}).Err()
-		} else {
-			err = s.db.client.ZRem(ctx, followersKey(followeeID), followerID).Err()
+			mirrorAt = formatScore(parseReplyScore(at))
 		}
+		written, err := s.db.mirrorFollower(ctx, followerID, followeeID, mirrorAt)
 		if err != nil {
-			return fmt.Errorf("follow %s -> %s: update followers: %w", followerID, followeeID, err)
+			return nil, fmt.Errorf("follow %s -> %s: update followers: %w", followerID, followeeID, err)
 		}
 		score, err := s.db.client.ZScore(ctx, followingKey(followerID), followeeID).Result()
 		nowFollowing := err == nil
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("follow %s -> %s: check following: %w", followerID, followeeID, err)
+			return nil, fmt.Errorf("follow %s -> %s: check following: %w", followerID, followeeID, err)
 		}
 		nowAt := ""
 		if nowFollowing {
 			nowAt = strconv.FormatFloat(score, 'f', -1, 64)
 		}
 		if nowFollowing == following && (!following || parseReplyScore(nowAt) == parseReplyScore(at)) {
-			return nil
+			return written, nil
 		}
 		following, at = nowFollowing, nowAt
 	}
@@ -433,17 +444,19 @@ func (s *FollowService) FindFollowStates(ctx context.Context, viewerID string, u
 
 // FindFollowers implements warble.FollowService.
 func (s *FollowService) FindFollowers(ctx context.Context, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
-	return s.findFollows(ctx, "followers of "+userID, userID, followersKey(userID), page)
+	return s.findFollows(ctx, "followers of "+userID, userID, followersSet(userID, 0), page)
 }
 
 // FindFollowing implements warble.FollowService.
 func (s *FollowService) FindFollowing(ctx context.Context, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
-	return s.findFollows(ctx, "following of "+userID, userID, followingKey(userID), page)
+	return s.findFollows(ctx, "following of "+userID, userID, followingSet(userID), page)
 }
 
 // findFollows reads a page of one follow set: one script call for the
-// entries and the set's size, then one batch for the users.
-func (s *FollowService) findFollows(ctx context.Context, what, userID, key string, page warble.PageArgs) (*warble.UserConnection, error) {
+// entries and the set's size, then one batch for the users. Followers in
+// buckets take one round trip more, in which every bucket answers its
+// page, and the pages are merged.
+func (s *FollowService) findFollows(ctx context.Context, what, userID string, set followSet, page warble.PageArgs) (*warble.UserConnection, error) {
 	if err := page.Validate(warble.MaxPageSize); err != nil {
 		return nil, err
 	}
@@ -458,7 +471,7 @@ func (s *FollowService) findFollows(ctx context.Context, what, userID, key strin
 	if !warble.ValidUserID(userID) {
 		return nil, errNoUser
 	}
-	total, entries, err := s.readFollows(ctx, s.db.client, key, pos, page.First+1)
+	total, entries, err := s.readFollows(ctx, &set, pos, page.First+1)
 	if err != nil {
 		return nil, fmt.Errorf("find %s: %w", what, err)
 	}
@@ -496,18 +509,24 @@ type followMatch struct {
 	followedAt int64
 }
 
-// readFollows runs followPageScript on key after pos for up to limit
-// entries, through c (a client or a pipeline: then only after Exec).
-func (s *FollowService) readFollows(ctx context.Context, c redis.Scripter, key string, pos followPos, limit int) (int64, []followEntry, error) {
-	return parseFollowPage(s.followPageCmd(ctx, c, key, pos, limit))
-}
-
-func (s *FollowService) followPageCmd(ctx context.Context, c redis.Scripter, key string, pos followPos, limit int) *redis.Cmd {
-	at, member := "", ""
-	if pos.set {
-		at, member = strconv.FormatInt(pos.at, 10), pos.member
+// readFollows reads up to limit entries of set after pos, newest first,
+// and the set's size. A set that turns out to have moved into buckets is
+// changed to them, and read there.
+func (s *FollowService) readFollows(ctx context.Context, set *followSet, pos followPos, limit int) (int64, []followEntry, error) {
+	for {
+		var read func() (int64, []followEntry, error)
+		err := runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
+			read = queuePage(ctx, pipe, *set, pos, limit)
+		}, followPageScript)
+		if err != nil {
+			return 0, nil, err
+		}
+		total, entries, err := read()
+		if set.follow(err) {
+			continue
+		}
+		return total, entries, err
 	}
-	return followPageScript.Run(ctx, c, []string{key}, limit, at, member)
 }
 
 // parseFollowPage decodes the answer of followPageScript.
@@ -561,21 +580,24 @@ func (s *FollowService) connection(ctx context.Context, matches []followMatch, f
 // both viewerID and userID. An edge's followedAt is when its user followed
 // userID.
 func (s *FollowService) FindCommonFollowers(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
-	return s.findCommon(ctx, "common followers", viewerID, userID, followersKey(userID), followersKey(viewerID), page)
+	return s.findCommon(ctx, "common followers", viewerID, userID,
+		followSetRef{userID: userID, followers: true}, followSetRef{userID: viewerID, followers: true}, page)
 }
 
 // FindCommonFollowing implements warble.FollowService: the users whom both
 // viewerID and userID follow. An edge's followedAt is when userID followed
 // its user.
 func (s *FollowService) FindCommonFollowing(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
-	return s.findCommon(ctx, "common following", viewerID, userID, followingKey(userID), followingKey(viewerID), page)
+	return s.findCommon(ctx, "common following", viewerID, userID,
+		followSetRef{userID: userID}, followSetRef{userID: viewerID}, page)
 }
 
 // FindFollowersYouFollow implements warble.FollowService: userID's followers
 // whom viewerID follows. An edge's followedAt is when its user followed
 // userID.
 func (s *FollowService) FindFollowersYouFollow(ctx context.Context, viewerID, userID string, page warble.PageArgs) (*warble.UserConnection, error) {
-	return s.findCommon(ctx, "followers you follow", viewerID, userID, followersKey(userID), followingKey(viewerID), page)
+	return s.findCommon(ctx, "followers you follow", viewerID, userID,
+		followSetRef{userID: userID, followers: true}, followSetRef{userID: viewerID}, page)
 }
 
 // Sides of an intersection: which of the two sets a common cursor walks.
@@ -585,12 +607,13 @@ const (
 )
 
 // findCommon reads a page of the intersection of userSet, whose scores the
-// edges show, and viewerSet. The two sets may be in different hash slots,
-// so it cannot use ZINTER. Instead it walks the smaller set newest first,
-// in chunks, and asks the other set about each chunk with ZMSCORE; each
-// round trip carries the ZMSCORE of one chunk and the read of the next. The
-// cursor names the set walked, so that later pages walk the same one.
-func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID, userSet, viewerSet string, page warble.PageArgs) (*warble.UserConnection, error) {
+// edges show, and viewerSet. The two sets may be in different hash slots
+// (and followers may be in buckets), so it cannot use ZINTER. Instead it
+// walks the smaller set newest first, in chunks, and asks the other set
+// about each chunk with ZMSCORE; each round trip carries the ZMSCORE of
+// one chunk and the read of the next. The cursor names the set walked, so
+// that later pages walk the same one.
+func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID string, userRef, viewerRef followSetRef, page warble.PageArgs) (*warble.UserConnection, error) {
 	if err := page.Validate(warble.MaxPageSize); err != nil {
 		return nil, err
 	}
@@ -606,20 +629,24 @@ func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID, 
 		return &warble.UserConnection{Edges: []*warble.UserEdge{}}, nil
 	}
 	what = fmt.Sprintf("find %s of %s and %s", what, viewerID, userID)
+	sets, counts, err := s.db.resolveSets(ctx, userRef, viewerRef)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	if side == 0 {
-		var err error
-		if side, err = s.smallerSide(ctx, userSet, viewerSet); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
+		side = sideUser
+		if counts[1] < counts[0] {
+			side = sideViewer
 		}
 	}
-	walked, probed := userSet, viewerSet
+	walked, probed := sets[0], sets[1]
 	if side == sideViewer {
-		walked, probed = viewerSet, userSet
+		walked, probed = sets[1], sets[0]
 	}
 
 	want := page.First + 1
 	var matches []followMatch
-	err := s.walkIntersection(ctx, walked, probed, pos, func(e followEntry, probedAt int64) bool {
+	err = s.walkIntersection(ctx, &walked, &probed, pos, func(e followEntry, probedAt int64) bool {
 		m := followMatch{followEntry: e, followedAt: e.at}
 		if side == sideViewer {
 			m.followedAt = probedAt
@@ -637,7 +664,7 @@ func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID, 
 		return nil, err
 	}
 	conn.Count = func(ctx context.Context) (int, error) {
-		n, err := s.countIntersection(ctx, userSet, viewerSet)
+		n, err := s.countIntersection(ctx, userRef, viewerRef)
 		if err != nil {
 			return 0, fmt.Errorf("count %s: %w", what, err)
 		}
@@ -646,105 +673,86 @@ func (s *FollowService) findCommon(ctx context.Context, what, viewerID, userID, 
 	return conn, nil
 }
 
-// smallerSide returns which of the two sets has fewer members.
-func (s *FollowService) smallerSide(ctx context.Context, userSet, viewerSet string) (byte, error) {
-	pipe := s.db.client.Pipeline()
-	u := pipe.ZCard(ctx, userSet)
-	v := pipe.ZCard(ctx, viewerSet)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
-	}
-	if v.Val() < u.Val() {
-		return sideViewer, nil
-	}
-	return sideUser, nil
-}
-
 // walkIntersection walks walked newest first from after pos and calls match
 // for each entry that probed also holds, with its score there, until match
-// returns false or walked ends.
-func (s *FollowService) walkIntersection(ctx context.Context, walked, probed string, pos followPos, match func(e followEntry, probedAt int64) bool) error {
-	_, chunk, err := s.readFollows(ctx, s.db.client, walked, pos, followChunk)
-	if err != nil {
-		return err
-	}
-	for len(chunk) > 0 {
+// returns false or walked ends. A set that turns out to have moved into
+// buckets is changed to them, and the round trip is made again there.
+func (s *FollowService) walkIntersection(ctx context.Context, walked, probed *followSet, pos followPos, match func(e followEntry, probedAt int64) bool) error {
+	var chunk []followEntry // read and not yet probed
+	more := true            // whether walked may hold entries after pos
+	for chunk != nil || more {
 		members := make([]string, len(chunk))
 		for i, e := range chunk {
 			members[i] = e.member
 		}
-		last := chunk[len(chunk)-1]
-		var scoresCmd, nextCmd *redis.Cmd
+		var readScores func() ([]int64, error)
+		var readNext func() (int64, []followEntry, error)
 		err := runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
-			scoresCmd = zmscore(ctx, pipe, probed, members)
-			if len(chunk) == followChunk {
-				nextCmd = s.followPageCmd(ctx, pipe, walked, followPos{at: last.at, member: last.member, set: true}, followChunk)
+			readScores, readNext = nil, nil
+			if len(chunk) > 0 {
+				readScores = queueScores(ctx, pipe, *probed, members)
 			}
-		}, followPageScript)
+			if more {
+				readNext = queuePage(ctx, pipe, *walked, pos, followChunk)
+			}
+		}, followPageScript, probeFollowersScript)
 		if err != nil {
 			return err
 		}
-		scores, err := parseScores(scoresCmd, len(chunk))
-		if err != nil {
-			return err
+		var scores []int64
+		if readScores != nil {
+			if scores, err = readScores(); probed.follow(err) {
+				continue
+			} else if err != nil {
+				return err
+			}
+		}
+		var next []followEntry
+		if readNext != nil {
+			if _, next, err = readNext(); walked.follow(err) {
+				continue
+			} else if err != nil {
+				return err
+			}
 		}
 		for i, at := range scores {
 			if at >= 0 && !match(chunk[i], at) {
 				return nil
 			}
 		}
-		if nextCmd == nil {
-			return nil
-		}
-		if _, chunk, err = parseFollowPage(nextCmd); err != nil {
-			return err
+		chunk = nil
+		if more {
+			if len(next) > 0 {
+				chunk = next
+				last := next[len(next)-1]
+				pos = followPos{at: last.at, member: last.member, set: true}
+			}
+			more = len(next) == followChunk
 		}
 	}
 	return nil
 }
 
-// countIntersection counts the members two sets share by walking the smaller
-// in chunks of ranks and asking the other about each chunk with ZMSCORE, the
-// next chunk's read riding in the same round trip. Members that move while
-// it walks may be counted once too often or not at all; it is a count for
-// display.
-func (s *FollowService) countIntersection(ctx context.Context, a, b string) (int, error) {
-	walked, probed := a, b
-	if side, err := s.smallerSide(ctx, a, b); err != nil {
-		return 0, err
-	} else if side == sideViewer {
-		walked, probed = b, a
-	}
-	chunk, err := s.db.client.ZRange(ctx, walked, 0, followChunk-1).Result()
+// countIntersection counts the members two sets share by walking the
+// smaller in chunks and asking the other about each chunk with ZMSCORE,
+// the next chunk's read riding in the same round trip. Members that move
+// while it walks may be counted once too often or not at all; it is a
+// count for display.
+func (s *FollowService) countIntersection(ctx context.Context, a, b followSetRef) (int, error) {
+	sets, counts, err := s.db.resolveSets(ctx, a, b)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for start := int64(followChunk); len(chunk) > 0; start += followChunk {
-		pipe := s.db.client.Pipeline()
-		scoresCmd := zmscore(ctx, pipe, probed, chunk)
-		var next *redis.StringSliceCmd
-		if len(chunk) == followChunk {
-			next = pipe.ZRange(ctx, walked, start, start+followChunk-1)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return 0, err
-		}
-		scores, err := parseScores(scoresCmd, len(chunk))
-		if err != nil {
-			return 0, err
-		}
-		for _, at := range scores {
-			if at >= 0 {
-				n++
-			}
-		}
-		if next == nil {
-			break
-		}
-		chunk = next.Val()
+	walked, probed := sets[0], sets[1]
+	if counts[1] < counts[0] {
+		walked, probed = sets[1], sets[0]
 	}
-	return n, nil
+	n := 0
+	err = s.walkIntersection(ctx, &walked, &probed, followPos{}, func(followEntry, int64) bool {
+		n++
+		return true
+	})
+	return n, err
 }
 
 // A common cursor is the position of an entry in the set an intersection

@@ -1,6 +1,7 @@
 package redisdb
 
 import (
+	"hash/fnv"
 	"strconv"
 
 	"github.com/warble/warble/internal/warble"
@@ -39,7 +40,9 @@ const (
 )
 
 // userKey is a HASH of one user's fields: w:u:{<id>}.
-// Fields: username, displayName, createdAt (unix ms), password (bcrypt hash).
+// Fields: username, displayName, createdAt (unix ms), password (bcrypt
+// hash), and for an account with very many followers followerBuckets
+// (followerBucketsField).
 func userKey(userID string) string { return prefix + "u:{" + userID + "}" }
 
 // usernameKey is a STRING holding the id of the user who claimed a username,
@@ -54,8 +57,48 @@ func homeKey(userID string) string { return userKey(userID) + ":home" }
 func postsKey(userID string) string { return userKey(userID) + ":posts" }
 
 // followersKey is a ZSET of the ids of a user's followers scored by the time
-// of the follow, unix ms: w:u:{<id>}:followers.
+// of the follow, unix ms: w:u:{<id>}:followers. An account with more than
+// Options.FollowerBucketThreshold followers has them in buckets
+// (followerBucketKey) instead.
 func followersKey(userID string) string { return userKey(userID) + ":followers" }
+
+// followerBucketsField is the field of a user's hash (userKey) that says
+// where their followers are kept, for an account that outgrew one sorted
+// set (see buckets.go). No field: in followersKey alone. "queued:<unix
+// ms>": a migration into buckets was queued then. "migrating:<n>": being
+// copied into n buckets, with followersKey still whole and read.
+// "<n>": in n buckets (followerBucketKey), followersKey gone. It sits in
+// the user hash so that reading a user, which reads the hash anyway,
+// learns it for free.
+const followerBucketsField = "followerBuckets"
+
+// followerBucketKey is one of the ZSETs that hold the followers of an
+// account past Options.FollowerBucketThreshold, the followers whose
+// followerBucket is b, scored like followersKey: w:fb:{<id>:<b>}. Each
+// bucket is a hash tag of its own, so that on a cluster the buckets of
+// one account spread over the masters.
+func followerBucketKey(userID string, b int) string {
+	return prefix + "fb:{" + userID + ":" + strconv.Itoa(b) + "}"
+}
+
+// followerTombstonesKey is a SET, in its bucket's slot, of the followers
+// who unfollowed while the account's followers were being copied into
+// buckets, so that the copy does not bring them back:
+// w:fb:{<id>:<b>}:gone. It expires a day after its last write (see
+// tombstoneTTL); the copy of a bucket never takes that long.
+func followerTombstonesKey(userID string, b int) string {
+	return followerBucketKey(userID, b) + ":gone"
+}
+
+// followerBucket returns the bucket of followerID among n buckets: FNV-1a
+// of the id, modulo n. It depends on the follower only, so a follow and
+// its unfollow meet in one bucket, and on n, which an account keeps once
+// bucketed.
+func followerBucket(followerID string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(followerID))
+	return int(h.Sum32() % uint32(n))
+}
 
 // followingKey is a ZSET of the ids of the users a user follows scored by the
 // time of the follow, unix ms: w:u:{<id>}:following.
@@ -164,6 +207,18 @@ func (Layout) Posts(userID string) string { return postsKey(userID) }
 
 // Followers is the set of a user's followers.
 func (Layout) Followers(userID string) string { return followersKey(userID) }
+
+// FollowerBucket is bucket b of a bucketed account's followers.
+func (Layout) FollowerBucket(userID string, b int) string { return followerBucketKey(userID, b) }
+
+// BucketOf returns which of n buckets holds followerID.
+func (Layout) BucketOf(followerID string, n int) int { return followerBucket(followerID, n) }
+
+// BucketedFollowers returns the field of the user hash, and its value,
+// that say an account's followers are in n buckets.
+func (Layout) BucketedFollowers(n int) (field, value string) {
+	return followerBucketsField, strconv.Itoa(n)
+}
 
 // Following is the set of the users a user follows.
 func (Layout) Following(userID string) string { return followingKey(userID) }

@@ -154,13 +154,13 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// One round trip for the rest: the global timeline, the job out of the
 	// outbox (once it is queued), and the author for the answer.
 	var global *redis.Cmd
-	var author func() []*warble.User
+	var author func(context.Context) ([]*warble.User, error)
 	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 		global = s.db.listGlobal(ctx, pipe, seqText, id, added)
 		if queued {
 			unqueueJob(ctx, pipe, s.db.fanOutShard(authorID), opDeliver, id)
 		}
-		author = queueUsers(ctx, pipe, []string{authorID})
+		author = s.db.queueUsers(ctx, pipe, []string{authorID})
 	}, s.db.pub(deliverScript))
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
@@ -176,8 +176,12 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	}
 
 	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
+	var authors []*warble.User
 	if err == nil {
-		p.Author = author()[0]
+		authors, err = author(ctx)
+	}
+	if err == nil {
+		p.Author = authors[0]
 	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
 		// The answer's author field reads the author again then.
 		s.db.log.WarnContext(ctx, "read the author of a new post", "post", id, "err", err)

@@ -22,9 +22,9 @@ func (db *DB) pullInstead(ctx context.Context, authorID, postID string) (bool, e
 	if db.opts.PullThreshold < 0 {
 		return false, nil
 	}
-	n, err := db.client.ZCard(ctx, followersKey(authorID)).Result()
+	n, err := db.countFollowers(ctx, authorID)
 	if err != nil {
-		return false, fmt.Errorf("count followers of %s: %w", authorID, err)
+		return false, err
 	}
 	if n <= int64(db.opts.PullThreshold) {
 		return false, nil

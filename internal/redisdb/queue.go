@@ -10,12 +10,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // FanOutGroup is the consumer group of the fan-out workers.
 const fanOutGroup = "workers"
 
-// Job operations, the "op" field of a stream entry.
+// Job operations, the "op" field of a stream entry (and opBuckets, see
+// buckets.go).
 const (
 	opDeliver   = "add"
 	opUndeliver = "del"
@@ -179,6 +182,9 @@ func parseJob(shard int, m redis.XMessage) (job, bool) {
 	j := job{shard: shard, id: m.ID}
 	j.op, _ = m.Values["op"].(string)
 	j.authorID, _ = m.Values["author"].(string)
+	if j.op == opBuckets {
+		return j, warble.ValidUserID(j.authorID)
+	}
 	j.postID, _ = m.Values["post"].(string)
 	seqText, _ := m.Values["seq"].(string)
 	var err error

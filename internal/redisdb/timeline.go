@@ -212,11 +212,14 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 	if pipe.Len() == 0 {
 		return nil, nil
 	}
-	authors := queueUsers(ctx, pipe, authorIDs)
+	authors := db.queueUsers(ctx, pipe, authorIDs)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
 	}
-	users := authors()
+	users, err := authors(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
+	}
 
 	posts := make([]*warble.Post, 0, len(entries))
 	for i, e := range entries {

@@ -73,26 +73,29 @@ func (db *DB) findUser(ctx context.Context, id string) (*warble.User, error) {
 }
 
 // findUsers reads users and their counts in one round trip: per user an
-// HMGET of its fields and the ZCARDs of the sets its counts are sizes of.
+// HMGET of its fields and the ZCARDs of the sets its counts are sizes of
+// (and a second round trip for users whose followers are in buckets).
 // The result is in the order of ids, nil where there is no such user.
 func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	pipe := db.client.Pipeline()
-	users := queueUsers(ctx, pipe, ids)
+	users := db.queueUsers(ctx, pipe, ids)
 	if pipe.Len() == 0 {
 		return make([]*warble.User, len(ids)), nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("find %d users: %w", len(ids), err)
 	}
-	return users(), nil
+	return users(ctx)
 }
 
 // queueUsers queues findUsers' commands on pipe, and returns what reads
-// their answers once pipe has run.
-func queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() []*warble.User {
+// their answers once pipe has run. That costs no round trip more, unless
+// a user's followers are in buckets: then it sums the buckets' sizes, for
+// all such users in one round trip.
+func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func(context.Context) ([]*warble.User, error) {
 	type userCmds struct {
 		fields                         *redis.SliceCmd
 		followers, following, postsCnt *redis.IntCmd
@@ -102,15 +105,21 @@ func queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() 
 		if !warble.ValidUserID(id) {
 			continue
 		}
+		// The followers count before the fields: a count read after the
+		// one set was deleted comes with fields that say where the
+		// followers went (see buckets.go).
+		followers := pipe.ZCard(ctx, followersKey(id))
 		cmds[i] = userCmds{
-			fields:    pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt"),
-			followers: pipe.ZCard(ctx, followersKey(id)),
+			fields:    pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt", followerBucketsField),
+			followers: followers,
 			following: pipe.ZCard(ctx, followingKey(id)),
 			postsCnt:  pipe.ZCard(ctx, postsKey(id)),
 		}
 	}
-	return func() []*warble.User {
+	return func(ctx context.Context) ([]*warble.User, error) {
 		users := make([]*warble.User, len(ids))
+		var bucketed []int // indexes of users whose followers are in buckets
+		var buckets []int  // how many, for each
 		for i, id := range ids {
 			c := cmds[i]
 			if c.fields == nil {
@@ -123,6 +132,7 @@ func queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() 
 			}
 			displayName, _ := vals[1].(string)
 			createdAt, _ := vals[2].(string)
+			state, _ := vals[3].(string)
 			users[i] = &warble.User{
 				ID:             id,
 				Username:       username,
@@ -132,8 +142,30 @@ func queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() 
 				FollowingCount: int(c.following.Val()),
 				PostsCount:     int(c.postsCnt.Val()),
 			}
+			if n := parseFollowerState(state).buckets; n > 0 {
+				bucketed, buckets = append(bucketed, i), append(buckets, n)
+			}
 		}
-		return users
+		if len(bucketed) == 0 {
+			return users, nil
+		}
+		pipe := db.client.Pipeline()
+		cards := make([][]*redis.IntCmd, len(bucketed))
+		for j, i := range bucketed {
+			for _, key := range followersSet(ids[i], buckets[j]).keys {
+				cards[j] = append(cards[j], pipe.ZCard(ctx, key))
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("count followers in buckets: %w", err)
+		}
+		for j, i := range bucketed {
+			users[i].FollowersCount = 0
+			for _, c := range cards[j] {
+				users[i].FollowersCount += int(c.Val())
+			}
+		}
+		return users, nil
 	}
 }
 

@@ -376,6 +376,8 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage) error {
 		err = w.db.fanOut(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save)
 	case opUndeliver:
 		err = w.db.unFanOut(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save)
+	case opBuckets:
+		err = w.db.moveToBuckets(ctx, j.authorID, from, w.opts.Batch, save)
 	}
 	if errors.Is(err, errLostJob) {
 		return nil // another worker has it now
