@@ -297,3 +297,54 @@ func TestClusterShardedPubSubStaysOnItsMaster(t *testing.T) {
 		t.Logf("sharded=%v: %d messages over the bus in all for one post to %d followers", sharded, total, n)
 	}
 }
+
+// TestClusterFollowerBucketsSpreadOverMasters checks what follower buckets
+// are for: once an account's followers are in buckets, the buckets sit on
+// different masters, each holding its share of the followers, and the
+// one set is gone from the account's master.
+func TestClusterFollowerBucketsSpreadOverMasters(t *testing.T) {
+	ctx := context.Background()
+	c := testCluster(t)
+	db := newClusterDB(t, c, Options{AsyncFanOut: true, PullThreshold: -1, FollowerBucketThreshold: 10, FollowerBuckets: 8})
+	ada := mustSignup(t, db, "ada").ID
+	fans := make([]string, 40)
+	for i := range fans {
+		fans[i] = strconv.Itoa(1000 + i)
+		mustFollow(t, db, fans[i], ada)
+	}
+	drainFanOut(t, db)
+	stored, n := storedFollowers(t, db, ada)
+	if n != 8 || len(stored) != len(fans) {
+		t.Fatalf("%d followers in %d buckets, want %d in 8", len(stored), n, len(fans))
+	}
+	held := map[string]int{} // master -> followers its buckets hold
+	for b := range n {
+		node, err := c.NodeOf(ctx, followerBucketKey(ada, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read on the node itself: the bucket is there, not elsewhere.
+		held[node.Addr] += int(node.Client(t).ZCard(ctx, followerBucketKey(ada, b)).Val())
+	}
+	if len(held) != len(c.Masters()) {
+		t.Errorf("the 8 buckets are on %d masters (%v), want all %d", len(held), held, len(c.Masters()))
+	}
+	total := 0
+	for addr, k := range held {
+		if k == 0 {
+			t.Errorf("the buckets on %s hold no follower", addr)
+		}
+		total += k
+	}
+	if total != len(fans) {
+		t.Errorf("the masters' buckets hold %d followers, want %d", total, len(fans))
+	}
+	home, err := c.NodeOf(ctx, userKey(ada))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := home.Client(t).Exists(ctx, followersKey(ada)).Val(); n != 0 {
+		t.Error("the one followers set is still on the account's master")
+	}
+	assertMirrors(t, db, ada, fans)
+}

@@ -5,8 +5,9 @@
 // A newcomer finds each concern in a file of its name: keys.go is the whole
 // data layout; post.go, user.go, auth.go and follow.go are the services;
 // timeline.go reads pages of timelines; delivery.go is the fan-out engine,
-// which queue.go feeds with jobs and worker.go runs; pull.go merges the
-// posts of accounts too big to fan out into home timelines; inactive.go
+// which queue.go feeds with jobs and worker.go runs; buckets.go splits the
+// followers of huge accounts over the masters; pull.go merges the posts of
+// accounts too big to fan out into home timelines; inactive.go
 // skips followers who are away; the hub*.go files are the live timelines.
 // scripts.go runs pipelines of Lua scripts; durability.go waits for
 // replicas. The design behind them follows.
@@ -59,10 +60,14 @@
 //     worker takes it over with XAUTOCLAIM once it has been idle for
 //     ClaimIdle; a live worker touches its job after every batch (XCLAIM to
 //     itself, with the cursor, in one script), so only stalled jobs go idle.
-//   - The job's cursor (follow time score and tie offset, as followerChunk
-//     walks) is saved after each batch, so a taken-over job resumes at the
-//     first batch that may not have been delivered whole, rather than at
-//     the start.
+//   - The job's cursor (the last follower walked and their follow time, a
+//     keyset position, as followerChunk walks; with the bucket it is in,
+//     for followers in buckets) is saved after each batch, so a taken-over
+//     job resumes at the first batch that may not have been delivered
+//     whole, rather than at the start. A keyset position stays exact when
+//     followers come and go during the walk, and means the same in the
+//     buckets as in the one set, so a job that began before its author's
+//     followers moved into buckets goes on there (see followerChunk).
 //   - Redelivering that batch cannot duplicate anything: deliverScript adds
 //     by ZADD of the same member and score, and announces only when ZADD
 //     added, so a follower who has the post already gets neither a second
@@ -83,12 +88,12 @@
 // that step's check ran after T and saw the hash (so T < D < U and the
 // delete job removes the post after it was added), or it saw the hash gone
 // and the create job takes the post back off itself and stops, or the
-// worker died before it learnt the answer, in which case the job's saved
-// cursor still points at that batch or one of the fanOutDepth-1 before it
-// (that many batches are in flight at a time, see fanOut) and whoever
-// resumes the job checks and undoes fanOutDepth batches from the cursor on
-// (and the global timeline, for a job that had not got past its start). So
-// the post ends in no timeline, whatever the order.
+// worker died before it learnt the answer, in which case the batch is at
+// or after the job's saved cursor (the cursor moves past a batch only once
+// its check is answered, see fanOut) and whoever resumes the job checks
+// and undoes every follower from the cursor on (and the global timeline,
+// for a job that had not got past its start). So the post ends in no
+// timeline, whatever the order.
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or
@@ -128,6 +133,19 @@
 // merged, and new posts are pushed as well. Live home subscriptions (see
 // Hub) listen to the user channels of the pulled authors their owner
 // follows, and hear of an author newly added through pullChannel.
+//
+// # Follower buckets
+//
+// An account's followers set is one key, on one master of a cluster. Past
+// Options.FollowerBucketThreshold the workers move the followers into
+// Options.FollowerBuckets sorted sets with hash tags of their own, with no
+// downtime: a job in the fan-out stream copies them a batch at a time
+// while follows and unfollows write both the one set and the buckets, with
+// tombstones so that the copy cannot bring back a follower who left, and
+// then switches readers to the buckets in one step. The followers side
+// still mirrors the following sets, which stay the truth. Counts sum the
+// buckets, pages merge them, fan-out walks them in turn. buckets.go has the
+// argument.
 //
 // # Inactive users
 //

@@ -220,7 +220,7 @@ func assertFollowCounts(tb testing.TB, db *DB) {
 		}
 	}
 	for i, u := range users {
-		followers := db.client.ZRangeWithScores(ctx, followersKey(ids[i]), 0, -1).Val()
+		followers, _ := storedFollowers(tb, db, ids[i])
 		if u.FollowersCount != len(followers) || int64(u.FollowingCount) != db.client.ZCard(ctx, followingKey(u.ID)).Val() ||
 			int64(u.PostsCount) != db.client.ZCard(ctx, postsKey(u.ID)).Val() {
 			tb.Errorf("user %s counts %d/%d/%d differ from its sets", u.ID, u.FollowersCount, u.FollowingCount, u.PostsCount)
@@ -229,9 +229,9 @@ func assertFollowCounts(tb testing.TB, db *DB) {
 		if len(followers) != len(want) {
 			tb.Errorf("user %s has %d followers, but %d users follow them", u.ID, len(followers), len(want))
 		}
-		for _, z := range followers {
-			if at, ok := want[z.Member.(string)]; !ok || at != z.Score {
-				tb.Errorf("user %s: follower %s at %v does not mirror the following set (%v, %v)", u.ID, z.Member, z.Score, at, ok)
+		for f, score := range followers {
+			if at, ok := want[f]; !ok || at != score {
+				tb.Errorf("user %s: follower %s at %v does not mirror the following set (%v, %v)", u.ID, f, score, at, ok)
 			}
 		}
 	}
@@ -467,11 +467,46 @@ func TestFollowRepairsAfterCrash(t *testing.T) {
 // TestFollowRace follows and unfollows the same pairs from many goroutines
 // at once, then checks that the followers sets mirror the following sets,
 // that counts are set sizes, and that each home timeline holds a user's post
-// exactly when its owner follows that user.
+// exactly when its owner follows that user. It runs again with a follower
+// bucket threshold of 2 and workers that move accounts into buckets while
+// the follows go on.
 func TestFollowRace(t *testing.T) {
+	t.Run("one set", func(t *testing.T) { testFollowRace(t, Options{}) })
+	t.Run("buckets", func(t *testing.T) {
+		testFollowRace(t, Options{AsyncFanOut: true, PullThreshold: -1, FollowerBucketThreshold: 2, FollowerBuckets: 3})
+	})
+}
+
+func testFollowRace(t *testing.T, opts Options) {
 	ctx := context.Background()
-	db := newTestDB(t, Options{})
+	db := newTestDB(t, opts)
 	follows := NewFollowService(db)
+	if opts.AsyncFanOut {
+		workCtx, stop := context.WithCancel(ctx)
+		var workers sync.WaitGroup
+		for range 2 {
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				NewWorker(db, WorkerOptions{Batch: 1, IdleLook: 10 * time.Millisecond}).Run(workCtx)
+			}()
+		}
+		defer func() {
+			stop()
+			workers.Wait()
+			drainFanOut(t, db)
+			assertFollowCounts(t, db)
+			bucketed := 0
+			for _, id := range db.client.ZRange(ctx, newestUsersKey, 0, -1).Val() {
+				if _, n := storedFollowers(t, db, id); n > 0 {
+					bucketed++
+				}
+			}
+			if bucketed == 0 {
+				t.Error("no account's followers moved into buckets")
+			}
+		}()
+	}
 	var ids []string
 	posts := map[string]string{}
 	for i := range 5 {

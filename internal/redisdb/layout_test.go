@@ -18,8 +18,9 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/layout.golden from what the test sees")
 
 // TestLayout pins the Redis data layout: it runs a small scenario through the
-// real services (two users, a follow, a post, a session, an account over the
-// pull threshold) and compares every
+// real services (users, follows, posts, sessions, an account over the pull
+// threshold and over the follower bucket threshold, another under both)
+// and compares every
 // key Redis then holds, with its type, fields and expiry, against
 // testdata/layout.golden. A change to the layout shows as a diff in review;
 // refresh it with go test -run TestLayout -update.
@@ -27,7 +28,7 @@ func TestLayout(t *testing.T) {
 	ctx := context.Background()
 	// Two fan-out shards, as on a cluster, whatever the server: the layout
 	// is the same on both.
-	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 1, FanOutShards: 2})
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 1, FanOutShards: 2, FollowerBucketThreshold: 1, FollowerBuckets: 2})
 	auth := NewAuthService(db)
 	ada, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
 	if err != nil {
@@ -53,6 +54,12 @@ func TestLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := NewPostService(db).CreatePost(ctx, ada.User.ID, "hello, many"); err != nil {
+		t.Fatal(err)
+	}
+	// The second follower also put ada over the follower bucket
+	// threshold: the workers move her followers into buckets. Bob keeps
+	// his one follower in one set.
+	if err := NewFollowService(db).Follow(ctx, cy.User.ID, bob.User.ID); err != nil {
 		t.Fatal(err)
 	}
 	drainFanOut(t, db)
