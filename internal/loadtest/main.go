@@ -50,12 +50,14 @@ type options struct {
 	flush       bool
 	seed        uint64
 
-	fanoutSizes   []int         // follower counts of the fan-out authors; none: no fan-out measurement
-	fanoutTimeout time.Duration // longest wait for one post to reach every follower
-	pullThreshold int           // the server's FANOUT_PULL_THRESHOLD, for the report; 0 if not known, -1 if off
-	fewFollowers  int           // createPost is measured for authors with at most this many followers
-	chart         string        // SVG file to write, if set
-	note          string        // free text for the report, such as the commit measured
+	fanoutSizes     []int         // follower counts of the fan-out authors; none: no fan-out measurement
+	fanoutTimeout   time.Duration // longest wait for one post to reach every follower
+	pullThreshold   int           // the server's FANOUT_PULL_THRESHOLD, for the report; 0 if not known, -1 if off
+	bucketThreshold int           // the server's FOLLOWERS_BUCKET_THRESHOLD: 0 for its default, -1 if off
+	buckets         int           // the server's FOLLOWERS_BUCKETS: 0 for its default
+	fewFollowers    int           // createPost is measured for authors with at most this many followers
+	chart           string        // SVG file to write, if set
+	note            string        // free text for the report, such as the commit measured
 }
 
 func main() {
@@ -75,6 +77,8 @@ func main() {
 		"auto: 1000,10000,100000, or 10,100 when -users is below 1000; none: no fan-out measurement")
 	flag.DurationVar(&o.fanoutTimeout, "fanout-timeout", time.Minute, "longest wait for one post to reach every follower")
 	pull := flag.String("pull-threshold", "", "the server's FANOUT_PULL_THRESHOLD, a number or off, for the report (empty: not known)")
+	buckets := flag.String("bucket-threshold", "", "the server's FOLLOWERS_BUCKET_THRESHOLD, a number or off (empty: its default), so that the raw seed writes followers where the server keeps them")
+	flag.IntVar(&o.buckets, "buckets", 0, "the server's FOLLOWERS_BUCKETS (0: its default)")
 	flag.IntVar(&o.fewFollowers, "few-followers", 1000, "createPost is timed for authors with at most this many followers")
 	flag.StringVar(&o.chart, "chart", "", "write an SVG chart of the results against their targets to this file")
 	flag.StringVar(&o.note, "note", "", "free text for the report and the chart, such as the commit measured")
@@ -93,6 +97,20 @@ func main() {
 			fmt.Fprintf(os.Stderr, "loadtest: -pull-threshold %q: want a positive whole number or off\n", *pull)
 			os.Exit(2)
 		}
+	}
+	switch *buckets {
+	case "":
+	case "off":
+		o.bucketThreshold = -1
+	default:
+		if o.bucketThreshold, err = strconv.Atoi(*buckets); err != nil || o.bucketThreshold < 1 {
+			fmt.Fprintf(os.Stderr, "loadtest: -bucket-threshold %q: want a positive whole number or off\n", *buckets)
+			os.Exit(2)
+		}
+	}
+	if o.buckets < 0 || o.buckets == 1 {
+		fmt.Fprintln(os.Stderr, "loadtest: -buckets: want 2 or more (0: the default)")
+		os.Exit(2)
 	}
 	if err := run(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "loadtest:", err)
@@ -166,8 +184,15 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db := redisdb.NewDB(client, redisdb.Options{BcryptCost: bcrypt.MinCost, MaxFollowing: o.maxFollow, Logger: quiet})
+	db := redisdb.NewDB(client, redisdb.Options{BcryptCost: bcrypt.MinCost, MaxFollowing: o.maxFollow, Logger: quiet,
+		FollowerBucketThreshold: o.bucketThreshold, FollowerBuckets: o.buckets})
 	rdb := newRawDB(client)
+	if o.bucketThreshold != 0 {
+		rdb.bucketThreshold = o.bucketThreshold
+	}
+	if o.buckets != 0 {
+		rdb.buckets = o.buckets
+	}
 	rep := &report{opts: o}
 
 	start := time.Now()

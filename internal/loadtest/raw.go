@@ -29,18 +29,29 @@ type rawDB struct {
 	markSeen   bool             // the server skips inactive users: seed users as seen now
 	now        func() time.Time // the clock; tests pin it
 	chunk      int              // users or follows one pipeline writes
+	// bucketThreshold and buckets are the server's
+	// FOLLOWERS_BUCKET_THRESHOLD (-1: off) and FOLLOWERS_BUCKETS: an
+	// account with more followers has them in buckets.
+	bucketThreshold, buckets int
 }
 
 // newRawDB returns a rawDB over client for a server with the default
-// settings.
+// settings: follower buckets past the default threshold on a cluster,
+// none on one Redis.
 func newRawDB(client redis.UniversalClient) *rawDB {
+	threshold := -1
+	if _, ok := client.(*redis.ClusterClient); ok {
+		threshold = redisdb.DefaultFollowerBucketThreshold
+	}
 	return &rawDB{
-		client:     client,
-		homeCap:    redisdb.DefaultHomeCap,
-		bcryptCost: bcrypt.MinCost,
-		markSeen:   true,
-		now:        time.Now,
-		chunk:      1000,
+		client:          client,
+		homeCap:         redisdb.DefaultHomeCap,
+		bcryptCost:      bcrypt.MinCost,
+		markSeen:        true,
+		now:             time.Now,
+		chunk:           1000,
+		bucketThreshold: threshold,
+		buckets:         redisdb.DefaultFollowerBuckets,
 	}
 }
 
@@ -108,13 +119,16 @@ func (r *rawDB) signups(ctx context.Context, usernames []string, password string
 }
 
 // follows makes each of followerIDs follow followeeID straight in Redis, in
-// the layout Follow leaves: the follower's following set and the
-// followee's followers set, both scored by the same follow time (unix ms:
-// the last follower follows now, each earlier one a millisecond before the
-// next, so that no two tie), and the followee's newest posts copied into
-// the follower's home timeline, capped. A follow that exists already keeps
-// its time. It checks that the ids are well formed and that the followee
-// exists, but not the following limit, and it announces nothing.
+// the layout Follow leaves (once the workers are done): the follower's
+// following set and the followee's followers, both scored by the same
+// follow time (unix ms: the last follower follows now, each earlier one a
+// millisecond before the next, so that no two tie), and the followee's
+// newest posts copied into the follower's home timeline, capped. Followers
+// past bucketThreshold go into buckets, as the workers would move them:
+// straight there when the followee had none, else moved once the follows
+// are written. A follow that exists already keeps its time. It checks that
+// the ids are well formed and that the followee exists, but not the
+// following limit, and it announces nothing.
 func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []string) error {
 	if !warble.ValidUserID(followeeID) {
 		return fmt.Errorf("raw follows: malformed user id %q", followeeID)
@@ -133,6 +147,23 @@ func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []st
 	if err != nil {
 		return fmt.Errorf("raw follows of %s: read posts: %w", followeeID, err)
 	}
+	buckets, had, err := r.followerBuckets(ctx, followeeID)
+	if err != nil {
+		return fmt.Errorf("raw follows of %s: %w", followeeID, err)
+	}
+	if buckets == 0 && had == 0 && r.bucketThreshold >= 0 && distinct(followerIDs) > r.bucketThreshold {
+		buckets = r.buckets
+		field, value := keys.BucketedFollowers(buckets)
+		if err := r.client.HSet(ctx, keys.User(followeeID), field, value).Err(); err != nil {
+			return fmt.Errorf("raw follows of %s: %w", followeeID, err)
+		}
+	}
+	followersKey := func(f string) string {
+		if buckets == 0 {
+			return keys.Followers(followeeID)
+		}
+		return keys.FollowerBucket(followeeID, keys.BucketOf(f, buckets))
+	}
 	now := r.nowMS()
 	for start := 0; start < len(followerIDs); start += r.chunk {
 		end := min(start+r.chunk, len(followerIDs))
@@ -141,7 +172,7 @@ func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []st
 			f := followerIDs[i]
 			at := float64(now - int64(len(followerIDs)-1-i))
 			pipe.ZAddNX(ctx, keys.Following(f), redis.Z{Score: at, Member: followeeID})
-			pipe.ZAddNX(ctx, keys.Followers(followeeID), redis.Z{Score: at, Member: f})
+			pipe.ZAddNX(ctx, followersKey(f), redis.Z{Score: at, Member: f})
 			if len(posts) > 0 {
 				pipe.ZAdd(ctx, keys.Home(f), posts...)
 				pipe.ZRemRangeByRank(ctx, keys.Home(f), 0, -int64(r.homeCap+1))
@@ -151,7 +182,91 @@ func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []st
 			return fmt.Errorf("raw follows of %s: %w", followeeID, err)
 		}
 	}
+	if buckets == 0 && r.bucketThreshold >= 0 {
+		return r.moveToBuckets(ctx, followeeID)
+	}
 	return nil
+}
+
+// distinct returns how many different ids ids holds.
+func distinct(ids []string) int {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		seen[id] = true
+	}
+	return len(seen)
+}
+
+// followerBuckets returns how many buckets hold userID's followers (0:
+// the one set), and how many followers the one set holds.
+func (r *rawDB) followerBuckets(ctx context.Context, userID string) (buckets int, inSet int64, err error) {
+	field, _ := keys.BucketedFollowers(0)
+	pipe := r.client.Pipeline()
+	card := pipe.ZCard(ctx, keys.Followers(userID))
+	state := pipe.HGet(ctx, keys.User(userID), field)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, err
+	}
+	if n, err := strconv.Atoi(state.Val()); err == nil && n > 0 {
+		return n, 0, nil
+	}
+	return 0, card.Val(), nil
+}
+
+// moveToBuckets moves userID's followers from the one set into buckets, as
+// the workers do, if they are more than bucketThreshold.
+func (r *rawDB) moveToBuckets(ctx context.Context, userID string) error {
+	if n, err := r.client.ZCard(ctx, keys.Followers(userID)).Result(); err != nil {
+		return fmt.Errorf("raw follows of %s: count followers: %w", userID, err)
+	} else if n <= int64(r.bucketThreshold) {
+		return nil
+	}
+	followers, err := r.client.ZRangeWithScores(ctx, keys.Followers(userID), 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("raw follows of %s: read followers: %w", userID, err)
+	}
+	for start := 0; start < len(followers); start += r.chunk {
+		pipe := r.client.Pipeline()
+		for _, z := range followers[start:min(start+r.chunk, len(followers))] {
+			pipe.ZAddNX(ctx, keys.FollowerBucket(userID, keys.BucketOf(z.Member.(string), r.buckets)), z)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("raw follows of %s: into buckets: %w", userID, err)
+		}
+	}
+	field, value := keys.BucketedFollowers(r.buckets)
+	pipe := r.client.Pipeline()
+	pipe.HSet(ctx, keys.User(userID), field, value)
+	pipe.Del(ctx, keys.Followers(userID))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("raw follows of %s: into buckets: %w", userID, err)
+	}
+	return nil
+}
+
+// followersOf returns authorID's followers in the order fan-out walks
+// them: by follow time, then id, in the one set or bucket after bucket.
+func (r *rawDB) followersOf(ctx context.Context, authorID string) ([]string, error) {
+	buckets, _, err := r.followerBuckets(ctx, authorID)
+	if err != nil {
+		return nil, fmt.Errorf("followers of %s: %w", authorID, err)
+	}
+	if buckets == 0 {
+		return r.client.ZRange(ctx, keys.Followers(authorID), 0, -1).Result()
+	}
+	pipe := r.client.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, buckets)
+	for b := range cmds {
+		cmds[b] = pipe.ZRange(ctx, keys.FollowerBucket(authorID, b), 0, -1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("followers of %s: %w", authorID, err)
+	}
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c.Val()...)
+	}
+	return out, nil
 }
 
 // homePage reads the newest n posts of a user's home timeline with their
@@ -194,9 +309,9 @@ func (r *rawDB) homePage(ctx context.Context, userID string, n int) (int, error)
 // takes it off again (untimed). It returns how many timelines it wrote and
 // how long the ZADDs took.
 func (r *rawDB) fanOut(ctx context.Context, authorID, member string) (int, time.Duration, error) {
-	followers, err := r.client.ZRange(ctx, keys.Followers(authorID), 0, -1).Result()
+	followers, err := r.followersOf(ctx, authorID)
 	if err != nil {
-		return 0, 0, fmt.Errorf("followers of %s: %w", authorID, err)
+		return 0, 0, err
 	}
 	start := time.Now()
 	pipe := r.client.Pipeline()
@@ -234,10 +349,9 @@ const watchChunk = 256
 // watchFanOut returns a watch over the followers authorID has now. Call
 // reset with a post id before poll.
 func (r *rawDB) watchFanOut(ctx context.Context, authorID string) (*fanOutWatch, error) {
-	// By score, then member: the order fan-out walks them.
-	followers, err := r.client.ZRange(ctx, keys.Followers(authorID), 0, -1).Result()
+	followers, err := r.followersOf(ctx, authorID)
 	if err != nil {
-		return nil, fmt.Errorf("followers of %s: %w", authorID, err)
+		return nil, err
 	}
 	return &fanOutWatch{client: r.client, followers: followers}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,102 @@ func TestRawSeedMatchesServices(t *testing.T) {
 	}
 	if err := raw.follows(ctx, "999", ids[:1]); err == nil {
 		t.Error("raw follows of no one succeeded")
+	}
+}
+
+// TestRawSeedMatchesServicesInBuckets is TestRawSeedMatchesServices for an
+// account past the follower bucket threshold: the raw seed leaves its
+// followers where the services and their workers leave them, whether the
+// raw follows put them in buckets at once or move them there afterwards,
+// and the services read them back.
+func TestRawSeedMatchesServicesInBuckets(t *testing.T) {
+	ctx := context.Background()
+	const now = 1_700_000_000_123
+	var at atomic.Int64
+	at.Store(now)
+	clock := func() time.Time { return time.UnixMilli(at.Load()) }
+	opts := redisdb.Options{BcryptCost: bcrypt.MinCost, Now: clock, AsyncFanOut: true, FollowerBucketThreshold: 2, FollowerBuckets: 3}
+	names := []string{"ada", "fan0", "fan1", "fan2", "fan3"}
+
+	want := redisdb.NewDB(redistest.New(t).Client(t), opts)
+	auth := redisdb.NewAuthService(want)
+	var ids []string
+	for _, name := range names {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: name, Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.User.ID)
+	}
+	// Follow times as the raw seed gives them: a millisecond apart, the
+	// last one now.
+	for i, f := range ids[1:] {
+		at.Store(now - int64(len(ids)-2-i))
+		if err := redisdb.NewFollowService(want).Follow(ctx, f, ids[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at.Store(now)
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		redisdb.NewWorker(want, redisdb.WorkerOptions{IdleLook: 10 * time.Millisecond}).Run(wctx)
+	}()
+	field, bucketed := keys.BucketedFollowers(3)
+	for deadline := time.Now().Add(10 * time.Second); want.Client().HGet(ctx, keys.User(ids[0]), field).Val() != bucketed; {
+		if time.Now().After(deadline) {
+			t.Fatal("the workers did not move the followers into buckets")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	<-done
+	w := dumpForRawSeed(t, want.Client())
+	for k, v := range w {
+		if strings.HasPrefix(v, "stream ") {
+			delete(w, k) // the workers' stream, which the raw seed needs not
+		}
+	}
+
+	for _, split := range []int{4, 1} { // all follows at once, or the one set first
+		t.Run(fmt.Sprintf("split=%d", split), func(t *testing.T) {
+			got := redisdb.NewDB(redistest.New(t).Client(t), opts)
+			raw := newRawDB(got.Client())
+			raw.now, raw.bucketThreshold, raw.buckets = clock, 2, 3
+			rawIDs, err := raw.signups(ctx, names, "password123")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The raw seed times its follows back from now, per call.
+			at.Store(now - int64(4-split))
+			if err := raw.follows(ctx, rawIDs[0], rawIDs[1:1+split]); err != nil {
+				t.Fatal(err)
+			}
+			at.Store(now)
+			if err := raw.follows(ctx, rawIDs[0], rawIDs[1+split:]); err != nil {
+				t.Fatal(err)
+			}
+			g := dumpForRawSeed(t, got.Client())
+			for _, k := range slices.Sorted(maps.Keys(w)) {
+				if g[k] != w[k] {
+					t.Errorf("%s: raw seed has %q, the services wrote %q", k, g[k], w[k])
+				}
+			}
+			for _, k := range slices.Sorted(maps.Keys(g)) {
+				if _, ok := w[k]; !ok {
+					t.Errorf("%s: raw seed wrote it (%q), the services did not", k, g[k])
+				}
+			}
+			u, err := redisdb.NewUserService(got).FindUserByID(ctx, rawIDs[0])
+			if err != nil || u.FollowersCount != 4 {
+				t.Errorf("the raw account through the services: %+v, %v", u, err)
+			}
+			followers, err := raw.followersOf(ctx, rawIDs[0])
+			if err != nil || len(followers) != 4 {
+				t.Errorf("followersOf = %v, %v; want 4 followers", followers, err)
+			}
+		})
 	}
 }
 

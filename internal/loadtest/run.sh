@@ -57,6 +57,13 @@ pull_threshold=${FANOUT_PULL_THRESHOLD:-1000000}
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 
 # PORT=0: the kernel picks a free port, which the server logs.
+# FOLLOWERS_BUCKET_THRESHOLD and FOLLOWERS_BUCKETS, when set, go to the
+# server and to the tool, whose raw seed puts followers where the server
+# keeps them.
+bucket_args=()
+[ -n "${FOLLOWERS_BUCKET_THRESHOLD:-}" ] && bucket_args+=(-bucket-threshold "$FOLLOWERS_BUCKET_THRESHOLD")
+[ -n "${FOLLOWERS_BUCKETS:-}" ] && bucket_args+=(-buckets "$FOLLOWERS_BUCKETS")
+
 REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
   FANOUT_PULL_THRESHOLD="$pull_threshold" \
   "$dir/warble" >"$dir/warble.log" 2>&1 &
@@ -69,7 +76,7 @@ for _ in $(seq 100); do
 done
 if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
-"$dir/loadtest" -url "$url" -redis-url "$redis_url" \
+"$dir/loadtest" -url "$url" -redis-url "$redis_url" "${bucket_args[@]}" \
   -pull-threshold "$pull_threshold" -note "commit $commit${cluster:+, 3-master Redis Cluster with $replicas replica(s) per master, REDIS_WAIT_REPLICAS=${REDIS_WAIT_REPLICAS:-auto}}" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }
