@@ -52,7 +52,9 @@
 //     no outbox ten minutes (orphanAfter) after it was indexed: its step
 //     never ran, or it was queued by a request that died before it cleared
 //     the index; only a request that spent those ten minutes between its
-//     two first commands could still write it.
+//     two first commands could still write it. The jobs that a Warble from
+//     before the index left in outboxes are indexed by the first sweeping
+//     worker of the database, once (backfillOutboxIndex).
 //   - A queued job is in the stream until a worker acknowledges it, and a
 //     worker acknowledges a job only after its last batch, in the same
 //     MULTI that drops its progress cursor.

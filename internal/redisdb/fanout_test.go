@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/redistest"
 )
 
 // drainFanOut runs every fan-out job queued now to its end, as a worker
@@ -527,5 +529,71 @@ func TestOutboxSweepReadsOnlyTheIndex(t *testing.T) {
 	defer counter.mu.Unlock()
 	if counter.n["scan"] != 0 || counter.n["zrange"] != 4 || len(counter.n) != 1 {
 		t.Errorf("the sweep sent %v, want one ZRANGE of the index per shard", counter.n)
+	}
+}
+
+// TestOutboxIndexBackfill: a job that a Warble from before the outbox index
+// left in an outbox (its request died before queueing it, and nothing
+// indexed it) is queued by the first sweeping worker of the database,
+// which fills the index from the outboxes once; later workers do not scan
+// again.
+func TestOutboxIndexBackfill(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db := newTestDB(t, Options{AsyncFanOut: true, FanOutShards: 3, Now: clock.Now})
+	// On an empty database there is nothing to backfill, and an idle
+	// Warble writes nothing, not even the marker.
+	if err := NewWorker(db, WorkerOptions{Sweep: true}).maybeSweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := redistest.Keys(ctx, db.client, "*"); err != nil || len(keys) != 0 {
+		t.Fatalf("a sweep of an empty database wrote %v (%v)", keys, err)
+	}
+	hook := &failXAdd{}
+	db.client.AddHook(hook)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 2)
+	// leaveUnindexed makes a post whose job stays in ada's outbox and,
+	// as with the Warble before the index, not in the index.
+	leaveUnindexed := func(body string) string {
+		t.Helper()
+		hook.on.Store(true)
+		p, err := NewPostService(db).CreatePost(ctx, ada.ID, body)
+		hook.on.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.client.Del(ctx, outboxIndexKey(db.fanOutShard(ada.ID))).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return p.ID
+	}
+	old := leaveUnindexed("from before the index")
+	clock.Add(time.Minute)
+	sweepOnce := func() {
+		t.Helper()
+		if err := NewWorker(db, WorkerOptions{Sweep: true}).maybeSweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		drainFanOut(t, db)
+	}
+	sweepOnce()
+	if got := holding(t, db, followers, old); got != 2 {
+		t.Fatalf("%d followers hold the post whose job was left unindexed, want 2", got)
+	}
+	if n := db.client.Exists(ctx, outboxBackfillKey).Val(); n != 1 {
+		t.Fatal("the backfill left no marker")
+	}
+	// Once per database: a later worker's first sweep does not scan.
+	later := leaveUnindexed("left after the backfill")
+	clock.Add(time.Minute)
+	counter := &commandNames{}
+	db.client.AddHook(counter)
+	sweepOnce()
+	if n := counter.count("scan"); n != 0 {
+		t.Errorf("a second worker scanned %d times", n)
+	}
+	if got := holding(t, db, followers, later); got != 0 {
+		t.Errorf("%d followers hold a post that only a second backfill would find", got)
 	}
 }

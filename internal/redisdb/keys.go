@@ -171,6 +171,13 @@ func fanoutCursorKey(shard int, entryID string) string {
 // queued; the outbox sweep reads only the old entries (see sweepOutboxes).
 func outboxIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":outboxes" }
 
+// outboxBackfillKey is a STRING holding when the outbox indexes were
+// filled from the outboxes that Warble from before the index left (unix
+// ms), in shard 0's slot: w:{fanout}:outboxes:backfilled. It is written
+// once per database, by the first sweeping worker (see
+// backfillOutboxIndex), and never expires.
+var outboxBackfillKey = outboxIndexKey(0) + ":backfilled"
+
 // homeChannel carries the events of one user's home timeline, with the
 // user's hash tag, so that on a cluster it is a shard channel of the home
 // timeline's slot: w:ch:{<id>}:home.

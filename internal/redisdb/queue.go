@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -109,7 +110,8 @@ const (
 // before cutoff: their CreatePost or DeletePost died before it queued them.
 // It reads only each shard's outbox index, where every such job is, and
 // returns how many jobs it queued. (Before the index, the sweep SCANned
-// every key of every master for outboxes.)
+// every key of every master for outboxes; backfillOutboxIndex does so once
+// per database, for the jobs left from then.)
 func (db *DB) sweepOutboxes(ctx context.Context, cutoff time.Time) (int, error) {
 	queued := 0
 	for shard := range max(1, db.opts.FanOutShards) {
@@ -166,6 +168,86 @@ func (db *DB) sweepShard(ctx context.Context, shard int, cutoff time.Time) (int,
 		db.log.WarnContext(ctx, "queued a fan-out job that its request did not", "op", op, "post", postID)
 	}
 	return queued, nil
+}
+
+// backfillOutboxIndex adds to the outbox index every job that sits in an
+// outbox without being in it: one that a Warble from before the index left
+// there (its request died before queueing it, or the queue was not
+// drained for the upgrade). It runs at a sweeping worker's first sweep,
+// and only once per database: it SCANs every key of every master, once,
+// and then records outboxBackfillKey, which later workers check with one
+// EXISTS. Two workers that backfill at once add the same entries, which
+// is harmless; one that dies before the marker leaves the backfill to the
+// next. An empty database has nothing to backfill and gets no marker, so
+// that an idle Warble writes nothing; a later start, once it holds data,
+// scans it once.
+func (db *DB) backfillOutboxIndex(ctx context.Context) error {
+	if n, err := db.client.Exists(ctx, outboxBackfillKey).Result(); err != nil {
+		return fmt.Errorf("backfill the outbox index: %w", err)
+	} else if n == 1 {
+		return nil
+	}
+	pattern := prefix + "u:{*}:outbox"
+	var mu sync.Mutex
+	var outboxes []string
+	var keys int64
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		n, err := c.DBSize(ctx).Result()
+		if err != nil || n == 0 {
+			return err
+		}
+		mu.Lock()
+		keys += n
+		mu.Unlock()
+		iter := c.Scan(ctx, 0, pattern, sweepCount).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			outboxes = append(outboxes, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := db.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, db.client)
+	}
+	if err != nil {
+		return fmt.Errorf("backfill the outbox index: scan: %w", err)
+	} else if keys == 0 {
+		return nil
+	}
+	indexed := 0
+	for _, key := range outboxes {
+		entries, err := db.client.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			return fmt.Errorf("backfill the outbox index: read %s: %w", key, err)
+		}
+		pipe := db.client.Pipeline()
+		for _, e := range entries {
+			entry, _ := e.Member.(string)
+			_, postID, _ := strings.Cut(entry, " ")
+			authorID, _, ok := splitPostID(postID)
+			if !ok {
+				continue // the sweep's business, should it ever be indexed
+			}
+			// NX: an entry indexed already keeps its time.
+			pipe.ZAddNX(ctx, outboxIndexKey(db.fanOutShard(authorID)), e)
+			indexed++
+		}
+		if pipe.Len() == 0 {
+			continue
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("backfill the outbox index from %s: %w", key, err)
+		}
+	}
+	if err := db.client.Set(ctx, outboxBackfillKey, db.now().UnixMilli(), 0).Err(); err != nil {
+		return fmt.Errorf("backfill the outbox index: %w", err)
+	}
+	db.log.InfoContext(ctx, "outbox index backfilled from the outboxes", "outboxes", len(outboxes), "jobs", indexed)
+	return nil
 }
 
 // job is one entry of the stream.

@@ -50,6 +50,9 @@ type Worker struct {
 	next      int       // the shard this worker looks at first next time
 	nextClaim time.Time // when this worker looks for jobs of dead workers next
 	nextSweep time.Time // when this worker sweeps the outboxes next
+	// backfilled is set once this worker knows the outbox index holds
+	// the jobs of the outboxes from before it (see backfillOutboxIndex).
+	backfilled bool
 }
 
 var workerCount atomic.Int64
@@ -118,13 +121,20 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // maybeSweep sweeps the outboxes if this worker sweeps and its time has
 // come: at its start, then every SweepEvery, give or take a tenth so that
-// processes started together spread out.
+// processes started together spread out. The first sweep of a database
+// backfills the outbox index first.
 func (w *Worker) maybeSweep(ctx context.Context) error {
 	if !w.opts.Sweep || time.Now().Before(w.nextSweep) {
 		return nil
 	}
 	every := w.opts.SweepEvery
 	w.nextSweep = time.Now().Add(every - every/10 + rand.N(every/5+1))
+	if !w.backfilled {
+		if err := w.db.backfillOutboxIndex(ctx); err != nil {
+			return err
+		}
+		w.backfilled = true
+	}
 	_, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter))
 	return err
 }
