@@ -77,6 +77,6 @@ done
 if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
 "$dir/loadtest" -url "$url" -redis-url "$redis_url" "${bucket_args[@]}" \
-  -pull-threshold "$pull_threshold" -note "commit $commit${cluster:+, 3-master Redis Cluster with $replicas replica(s) per master, REDIS_WAIT_REPLICAS=${REDIS_WAIT_REPLICAS:-auto}}" "$@" || {
+  -pull-threshold "$pull_threshold" -note "commit $commit${cluster:+, 3-master Redis Cluster with $replicas replica(s) per master, REDIS_WAIT_REPLICAS=${REDIS_WAIT_REPLICAS:-auto}}${FOLLOWERS_BUCKET_THRESHOLD:+, FOLLOWERS_BUCKET_THRESHOLD=$FOLLOWERS_BUCKET_THRESHOLD}" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }
