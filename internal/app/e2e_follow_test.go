@@ -1,12 +1,14 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/warble/warble/internal/redisdb"
 	"github.com/warble/warble/internal/redistest"
 )
 
@@ -265,5 +267,88 @@ func TestViewerRelativeLists(t *testing.T) {
 	s.mustQuery(t, "", q, map[string]any{"u": target.Username}, &anon)
 	if a := anon.User; len(a.CommonFollowers.Edges)+len(a.CommonFollowing.Edges)+len(a.FollowersYouFollow.Edges) != 0 {
 		t.Fatalf("signed out, the viewer-relative lists must be empty: %+v", a)
+	}
+}
+
+// TestFollowersInBuckets follows an account past FOLLOWERS_BUCKET_THRESHOLD
+// through the API: the server's workers move its followers into buckets,
+// and followersCount, the followers pages (newest follow first, with
+// cursors), commonFollowers and fan-out read them there.
+func TestFollowersInBuckets(t *testing.T) {
+	ctx := context.Background()
+	s := newTestServer(t, func(c *Config) { c.BucketThreshold, c.FollowerBuckets, c.PullThreshold = 3, 4, -1 })
+	ada, bob := s.signup(t, "ada"), s.signup(t, "bob")
+	var fans []testUser
+	for range 7 {
+		f := s.signup(t, "fan")
+		s.follow(t, f, ada)
+		fans = append(fans, f)
+	}
+	for _, f := range fans[2:5] {
+		s.follow(t, f, bob)
+	}
+	field, bucketed := redisdb.Keys.BucketedFollowers(4)
+	rc := s.redis.Client(t)
+	eventually(t, "ada's followers are in buckets", func() bool {
+		return rc.HGet(ctx, redisdb.Keys.User(ada.ID), field).Val() == bucketed
+	})
+	if n := rc.Exists(ctx, redisdb.Keys.Followers(ada.ID)).Val(); n != 0 {
+		t.Fatal("ada's one followers set is still there")
+	}
+
+	type page struct {
+		TotalCount int
+		Edges      []struct{ Node struct{ Username string } }
+		PageInfo   struct {
+			HasNextPage bool
+			EndCursor   *string
+		}
+	}
+	var got []string
+	var after *string
+	for {
+		var out struct {
+			User struct {
+				FollowersCount int
+				Followers      page
+			}
+		}
+		s.mustQuery(t, "", `query($u: String!, $after: String) { user(username: $u) { followersCount
+			followers(first: 3, after: $after) { totalCount edges { node { username } } pageInfo { hasNextPage endCursor } } } }`,
+			map[string]any{"u": ada.Username, "after": after}, &out)
+		if out.User.FollowersCount != len(fans) || out.User.Followers.TotalCount != len(fans) {
+			t.Fatalf("followersCount %d, totalCount %d; want %d", out.User.FollowersCount, out.User.Followers.TotalCount, len(fans))
+		}
+		for _, e := range out.User.Followers.Edges {
+			got = append(got, e.Node.Username)
+		}
+		if !out.User.Followers.PageInfo.HasNextPage {
+			break
+		}
+		after = out.User.Followers.PageInfo.EndCursor
+	}
+	var want []string
+	for _, f := range slices.Backward(fans) {
+		want = append(want, f.Username)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ada's followers, newest first:\n got %v\nwant %v", got, want)
+	}
+
+	var common struct {
+		User struct{ CommonFollowers page }
+	}
+	s.mustQuery(t, bob.Token, `query($u: String!) { user(username: $u) { commonFollowers { totalCount edges { node { username } } } } }`,
+		map[string]any{"u": ada.Username}, &common)
+	if c := common.User.CommonFollowers; c.TotalCount != 3 || len(c.Edges) != 3 {
+		t.Errorf("common followers of ada and bob: %+v, want fans 2 to 4", c)
+	}
+
+	body := "to every bucket"
+	s.post(t, ada, body)
+	for _, f := range fans {
+		eventually(t, f.Username+" gets ada's post", func() bool {
+			return slices.Contains(s.home(t, f, 5).bodies(), body)
+		})
 	}
 }
