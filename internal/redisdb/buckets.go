@@ -241,10 +241,11 @@ return 1
 
 // walkFollowersScript reads followers oldest follow first after a keyset
 // position (followed-at, member), as fan-out and the move into buckets
-// walk them. Equal scores are ordered by member bytes, as Redis orders
-// them, so ties are neither repeated nor skipped, even when the entry at
-// the position was removed since. Given the account's hash as well, it
-// reads the one set only while the followers are there.
+// walk them, for walkFollowers when followers tie on the position's time.
+// Equal scores are ordered by member bytes, as Redis orders them, so ties
+// are neither repeated nor skipped, even when the entry at the position
+// was removed since. Given the account's hash as well, it reads the one
+// set only while the followers are there.
 //
 // KEYS[1] -> w:u:{<id>}:followers, or a bucket w:fb:{<id>:<b>}
 // KEYS[2] -> w:u:{<id>}, with the one set only (its followerBuckets field)
@@ -398,7 +399,7 @@ func (db *DB) moveToBuckets(ctx context.Context, userID string, from followerCur
 	start, copied := time.Now(), 0
 	pos := from
 	for {
-		entries, moved, err := db.walkFollowers(ctx, followersKey(userID), userKey(userID), pos.at, pos.member, batch)
+		entries, more, moved, err := db.walkFollowers(ctx, followersKey(userID), userKey(userID), pos.at, pos.member, batch)
 		if err != nil {
 			return fmt.Errorf("copy followers of %s: %w", userID, err)
 		} else if moved > 0 {
@@ -418,7 +419,7 @@ func (db *DB) moveToBuckets(ctx context.Context, userID string, from followerCur
 			return fmt.Errorf("copy followers of %s into buckets: %w", userID, err)
 		}
 		copied += len(entries)
-		if len(entries) < batch {
+		if !more {
 			break
 		}
 		last := entries[len(entries)-1]
@@ -439,33 +440,94 @@ func (db *DB) moveToBuckets(ctx context.Context, userID string, from followerCur
 }
 
 // walkEntry is a follower read by walkFollowers, with the score as Redis
-// prints it.
+// takes it back.
 type walkEntry struct {
 	member, score string
 }
 
-// walkFollowers runs walkFollowersScript on key (with userHash, when key
-// is the one set) for up to limit followers after (at, member). It returns
-// the followers, or, when userHash says they are in buckets, how many.
-func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member string, limit int) ([]walkEntry, int, error) {
+// walkFollowers reads up to limit followers from key, oldest follow first,
+// after the keyset position (at, member): equal follow times are ordered
+// by id bytes, as Redis orders them, so that followers tied on a time are
+// neither repeated nor skipped, even when the one at the position left
+// since. With member "", the position is before every follower at at or
+// later. It reports whether key may hold more after them.
+//
+// Given userHash, key is the account's one set, and the hash's
+// followerBuckets field is read after the range in the same round trip:
+// when it says the followers are in buckets, the range may have read the
+// set after it was deleted, so walkFollowers returns how many buckets
+// instead; when it does not, the range was read before the move ended (the
+// two keys share a slot, so a node, which runs the pipeline in order), and
+// the set was whole.
+//
+// It reads with a plain ZRANGE from at on, a little more than limit: fan-out
+// reads every follower this way, and a script's reply costs Redis a
+// conversion into Lua and back (fan-out to 50,000 followers ran 0.94x as
+// fast with walkFollowersScript for every chunk). The range is exact when
+// no follower it read ties with the position and sorts before it: then
+// what it read is the follower at the position, if still there, and
+// those after it. Else, with followers tied on the position's time,
+// walkFollowersScript reads the page in one step.
+func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member string, limit int) (entries []walkEntry, more bool, buckets int, err error) {
+	count := limit + 1 // one more, to learn whether there are more
+	if member != "" {
+		count++ // and the follower at the position, read again unless they left
+	}
+	pipe := db.client.Pipeline()
+	rng := pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: key, Start: at, Stop: "+inf", ByScore: true, Count: int64(count),
+	})
+	var state *redis.StringCmd
+	if userHash != "" {
+		state = pipe.HGet(ctx, userHash, followerBucketsField)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, 0, err
+	}
+	if state != nil {
+		if n := parseFollowerState(state.Val()).buckets; n > 0 {
+			return nil, false, n, nil
+		}
+	}
+	atScore, _ := strconv.ParseFloat(at, 64) // -inf for "-inf"
+	read := rng.Val()
+	entries = make([]walkEntry, 0, len(read))
+	for _, z := range read {
+		f, _ := z.Member.(string)
+		if member != "" && z.Score == atScore {
+			if f < member {
+				return db.walkTiedFollowers(ctx, key, userHash, at, member, limit)
+			} else if f == member {
+				continue
+			}
+		}
+		entries = append(entries, walkEntry{member: f, score: formatScore(z.Score)})
+	}
+	more = len(entries) > limit
+	return entries[:min(limit, len(entries))], more, 0, nil
+}
+
+// walkTiedFollowers is walkFollowers by walkFollowersScript.
+func (db *DB) walkTiedFollowers(ctx context.Context, key, userHash, at, member string, limit int) ([]walkEntry, bool, int, error) {
 	keys := []string{key}
 	if userHash != "" {
 		keys = append(keys, userHash)
 	}
-	res, err := walkFollowersScript.Run(ctx, db.client, keys, limit, at, member).Slice()
+	res, err := walkFollowersScript.Run(ctx, db.client, keys, limit+1, at, member).Slice()
 	if err != nil {
-		return nil, 0, err
+		return nil, false, 0, err
 	} else if len(res) == 0 || len(res)%2 != 1 {
-		return nil, 0, fmt.Errorf("walk followers: unexpected answer of %d elements", len(res))
+		return nil, false, 0, fmt.Errorf("walk followers: unexpected answer of %d elements", len(res))
 	}
 	if n := parseFollowerState(replyString(res[0])).buckets; n > 0 {
-		return nil, n, nil
+		return nil, false, n, nil
 	}
 	entries := make([]walkEntry, 0, len(res)/2)
 	for i := 1; i+1 < len(res); i += 2 {
 		entries = append(entries, walkEntry{member: replyString(res[i]), score: replyString(res[i+1])})
 	}
-	return entries, 0, nil
+	more := len(entries) > limit
+	return entries[:min(limit, len(entries))], more, 0, nil
 }
 
 // followSet is where one follow set is read: a following set, an

@@ -408,6 +408,7 @@ func TestFollowerWalkAcrossBuckets(t *testing.T) {
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
+	var leftAt float64 // the follow time where the walk left the one set
 	walk := func(moveAfter int) map[string]int {
 		seen := map[string]int{}
 		c := startCursor
@@ -416,6 +417,7 @@ func TestFollowerWalkAcrossBuckets(t *testing.T) {
 				if err := db.moveToBuckets(ctx, ada, startCursor, 7, noSave); err != nil {
 					t.Fatal(err)
 				}
+				leftAt, _ = strconv.ParseFloat(c.at, 64)
 			}
 			got, next, last, err := db.followerChunk(ctx, ada, c, 4)
 			if err != nil {
@@ -436,9 +438,12 @@ func TestFollowerWalkAcrossBuckets(t *testing.T) {
 	// The one set for 5 chunks (20 followers, the last of them at score
 	// 18 with 19 and 20 still to come), then buckets.
 	seen := walk(5)
+	if leftAt != 18 {
+		t.Fatalf("the walk left the one set at %v, want 18", leftAt)
+	}
 	for f, score := range followers {
 		want := 1
-		if score == 18 {
+		if score == leftAt {
 			want = seen[f] // walked once or twice: tied on the time the walk left the one set
 		}
 		if seen[f] != want || seen[f] == 0 || seen[f] > 2 {

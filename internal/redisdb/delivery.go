@@ -347,7 +347,7 @@ func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error 
 func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCursor, n int) ([]string, followerCursor, bool, error) {
 	var followers []string
 	if c.buckets == 0 {
-		entries, moved, err := db.walkFollowers(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n)
+		entries, more, moved, err := db.walkFollowers(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n)
 		if err != nil {
 			return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
 		}
@@ -359,22 +359,22 @@ func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCurs
 			if len(entries) > 0 {
 				c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 			}
-			return followers, c, len(entries) < n, nil
+			return followers, c, !more, nil
 		}
 		c = followerCursor{buckets: moved, floor: c.at, at: c.at}
 	}
 	for c.bucket < c.buckets && len(followers) < n {
 		want := n - len(followers)
-		entries, _, err := db.walkFollowers(ctx, followerBucketKey(authorID, c.bucket), "", c.at, c.member, want)
+		entries, more, _, err := db.walkFollowers(ctx, followerBucketKey(authorID, c.bucket), "", c.at, c.member, want)
 		if err != nil {
 			return nil, c, false, fmt.Errorf("read followers of %s in bucket %d: %w", authorID, c.bucket, err)
 		}
 		for _, e := range entries {
 			followers = append(followers, e.member)
 		}
-		if len(entries) < want {
+		if !more {
 			c = followerCursor{buckets: c.buckets, bucket: c.bucket + 1, floor: c.floor, at: c.floor}
-		} else {
+		} else if len(entries) > 0 {
 			c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 		}
 	}

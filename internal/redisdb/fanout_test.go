@@ -282,6 +282,26 @@ func BenchmarkFanOut(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "deliveries/s")
 }
 
+// BenchmarkFanOutBuckets is BenchmarkFanOut with the followers in
+// DefaultFollowerBuckets buckets, which fan-out walks one after the other.
+func BenchmarkFanOutBuckets(b *testing.B) {
+	db := newTestDB(b, Options{AsyncFanOut: true, PullThreshold: -1, FollowerBucketThreshold: 1})
+	ada := mustSignup(b, db, "ada")
+	const n = 50000
+	manyFollowers(b, db, ada.ID, n)
+	if err := db.moveToBuckets(context.Background(), ada.ID, startCursor, DefaultBatch, noSave); err != nil {
+		b.Fatal(err)
+	}
+	posts := NewPostService(db)
+	for b.Loop() {
+		if _, err := posts.CreatePost(context.Background(), ada.ID, "hello"); err != nil {
+			b.Fatal(err)
+		}
+		drainFanOut(b, db)
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "deliveries/s")
+}
+
 // TestWorkerWakesForFirstJob: a worker started before any job was ever
 // queued (no stream, no group) runs the first one when it is queued, not
 // when its wait for jobs runs out.
