@@ -652,3 +652,31 @@ func TestBucketCopyRace(t *testing.T) {
 		})
 	}
 }
+
+// TestPullThresholdCountsBuckets checks that the pull threshold counts an
+// account's followers in its buckets: past it, a post is pulled, not
+// pushed, though the one set is gone.
+func TestPullThresholdCountsBuckets(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: 4, FollowerBucketThreshold: 2, FollowerBuckets: 3})
+	ada := mustSignup(t, db, "ada").ID
+	fans := signupMany(t, db, "fan", 5)
+	for _, f := range fans {
+		mustFollow(t, db, f, ada)
+	}
+	drainFanOut(t, db)
+	if _, n := storedFollowers(t, db, ada); n != 3 {
+		t.Fatalf("followers in %d buckets, want 3", n)
+	}
+	p, err := NewPostService(db).CreatePost(ctx, ada, "pulled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if pulled, err := db.client.SIsMember(ctx, pullAuthorsKey, ada).Result(); err != nil || !pulled {
+		t.Errorf("ada with 5 followers in buckets and a pull threshold of 4 is not pulled (%v)", err)
+	}
+	if got := holding(t, db, fans, p.ID); got != 0 {
+		t.Errorf("the pulled post was pushed to %d home timelines", got)
+	}
+}
