@@ -680,3 +680,48 @@ func TestPullThresholdCountsBuckets(t *testing.T) {
 		t.Errorf("the pulled post was pushed to %d home timelines", got)
 	}
 }
+
+// TestFollowRepairsAfterCrashInBuckets: a follow cut short between its
+// writes is repaired by following again, as with one set, while the
+// account's followers move into buckets (the one set written, the bucket
+// not, an old tombstone still there) and once they are in buckets (only
+// the following set written).
+func TestFollowRepairsAfterCrashInBuckets(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: -1, FollowerBucketThreshold: 2, FollowerBuckets: 2})
+	follows := NewFollowService(db)
+	ada := mustSignup(t, db, "ada").ID
+	fans := signupMany(t, db, "fan", 4)
+	for _, f := range fans[:3] {
+		mustFollow(t, db, f, ada)
+	}
+	// The move has begun (as its job's first step does) and fan0 left.
+	db.client.HSet(ctx, userKey(ada), followerBucketsField, bucketsMigrating+"2")
+	if err := follows.Unfollow(ctx, fans[0], ada); err != nil {
+		t.Fatal(err)
+	}
+	b := followerBucket(fans[0], 2)
+	if ok := db.client.SIsMember(ctx, followerTombstonesKey(ada, b), fans[0]).Val(); !ok {
+		t.Fatal("an unfollow during the move left no tombstone")
+	}
+	// fan0 follows again, and the request dies after the one set.
+	db.client.ZAdd(ctx, followingKey(fans[0]), redis.Z{Score: 1234, Member: ada})
+	db.client.ZAdd(ctx, followersKey(ada), redis.Z{Score: 1234, Member: fans[0]})
+	mustFollow(t, db, fans[0], ada)
+	if ok := db.client.SIsMember(ctx, followerTombstonesKey(ada, b), fans[0]).Val(); ok {
+		t.Error("the repaired follow left its tombstone")
+	}
+	if err := db.moveToBuckets(ctx, ada, startCursor, 1, noSave); err != nil {
+		t.Fatal(err)
+	}
+	if stored, n := storedFollowers(t, db, ada); n != 2 || stored[fans[0]] != 1234 {
+		t.Fatalf("after the move: %v in %d buckets, want fan %s at 1234", stored, n, fans[0])
+	}
+	// In buckets: fan3's follow dies after the following set.
+	db.client.ZAdd(ctx, followingKey(fans[3]), redis.Z{Score: 5678, Member: ada})
+	mustFollow(t, db, fans[3], ada)
+	if stored, _ := storedFollowers(t, db, ada); stored[fans[3]] != 5678 {
+		t.Errorf("repaired follower %s at %v, want the original 5678", fans[3], stored[fans[3]])
+	}
+	assertMirrors(t, db, ada, fans)
+}
