@@ -530,6 +530,48 @@ func TestIdleWorkerStopsAtOnce(t *testing.T) {
 	}
 }
 
+// TestWorkerStopsWhileJobsArrive: a worker stopped while jobs keep coming
+// stops, however its stop meets its jobs watch waking it for jobs it has
+// just read. (The last worker out used to wait for the watch while holding
+// the lock the watch takes to wake the workers, and the server hung on
+// stop.)
+func TestWorkerStopsWhileJobsArrive(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	for _, name := range []string{"bob", "cyd", "dee"} {
+		mustFollow(t, db, mustSignup(t, db, name).ID, ada.ID)
+	}
+	posts := NewPostService(db)
+	posting, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-posting:
+				return
+			default:
+			}
+			if _, err := posts.CreatePost(context.Background(), ada.ID, "one more"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(posting); <-done }()
+	for i := range 30 {
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); NewWorker(db, WorkerOptions{IdleLook: time.Hour}).Run(ctx) }()
+		time.Sleep(time.Duration(i%7) * time.Millisecond)
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stop %d: a worker stopped while jobs arrived did not stop", i)
+		}
+	}
+}
+
 // TestOutboxSweepReadsOnlyTheIndex: with every job queued, a sweep reads
 // one index entry range per shard and nothing else, however many authors
 // and outboxes there are: no SCAN of the keyspace.

@@ -265,13 +265,17 @@ func (j *jobWatch) acquire(db *DB) *jobWatch {
 	return j
 }
 
-// release counts a worker out, stopping the watch after the last.
+// release counts a worker out, stopping the watch after the last. It waits
+// for the watch to end without holding the lock: the watch may be about to
+// take it in wake, for jobs it read just before it was stopped.
 func (j *jobWatch) release() {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.users--; j.users == 0 {
-		j.stop()
-		<-j.stopped
+	j.users--
+	last, stop, stopped := j.users == 0, j.stop, j.stopped
+	j.mu.Unlock()
+	if last {
+		stop()
+		<-stopped
 	}
 }
 
