@@ -104,6 +104,10 @@ type Options struct {
 	// split into when it crosses the threshold; an account keeps the
 	// number it got. Zero means DefaultFollowerBuckets; at least 2.
 	FollowerBuckets int
+	// Archive, if set, is where posts go when they leave Redis (see
+	// Options.PostsInRedis): reads that reach past what Redis holds
+	// continue in it. Nil keeps every post in Redis.
+	Archive warble.PostArchive
 	// Delivered, if set, is told how many home timelines each fan-out
 	// batch added a post to, for metrics.
 	Delivered func(n int)
