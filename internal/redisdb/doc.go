@@ -22,6 +22,31 @@
 // home timelines, written by fan-out. Timelines hold ids only: a page is one
 // range read and one pipeline of the posts with their authors.
 //
+// # Reading past Redis
+//
+// Redis holds the recent part of each timeline; pages go on past it in
+// the same order and under the same cursors, since a cursor is a seq and a
+// post keeps its seq wherever it is (see FindTimeline and beyondRedis):
+//
+//   - A user's posts set holds their newest posts, and with
+//     Options.Archive the older ones are archived: a page that runs out of
+//     the set goes on in the archive, in the same page, one query.
+//   - A home timeline at its cap has lost older entries: a page past its
+//     oldest goes on by pull, merging by seq the older posts of the
+//     accounts the owner follows now and their own, from each one's posts
+//     set (one pipeline of bounded ranges) and the archive (one query by
+//     all of them), see pullHome. A home timeline short of its cap holds
+//     all of it and ends.
+//   - The global timeline at its cap goes on from the archive; nothing
+//     indexes the posts below its cap that are still in Redis, so those
+//     are not shown there, and without an archive it ends at its cap.
+//
+// Timelines keep the ids of posts that moved to the archive, and loadPosts
+// reads those from it, all of a page in one query; a post deleted for real
+// is in neither place. The same read serves node(id:) and the replay of
+// live subscriptions, which also replays a user's archived posts newer
+// than its cursor (replayArchived).
+//
 // # Reliable asynchronous fan-out
 //
 // With Options.AsyncFanOut, CreatePost and DeletePost do their author's own
@@ -125,9 +150,9 @@
 // as it removes their pushed posts), and of those the newest HomeCap, the
 // cap of the whole (see rangeMerged). A deleted post leaves its author's
 // posts set in the delete's first atomic step, so it leaves every merged
-// timeline at once. One difference remains, after deletes only: where a
-// pushed timeline's cap cut an old post for good, a merged one may show it
-// again once newer posts are deleted.
+// timeline at once. Past the cap, pushed or merged, a page goes on by pull
+// from the posts of everyone the owner follows (see "Reading past Redis"),
+// so both read alike to the end, deletes included.
 //
 // Crossing the threshold needs no migration. Upwards, the posts pushed
 // before stay pushed, and the merge dedupes them. Downwards, the author

@@ -96,10 +96,13 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	ch := sub.ch
 	home := ch.feed.Kind == warble.FeedHome
 	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(afterSeq), Stop: "+inf", ByScore: true, Count: replayLimit + 1}
+	// The entries before the oldest: an entry that leaves the set between
+	// the two reads (trimmed by a cap, or moved to the archive) raises the
+	// oldest, so the gap it leaves is seen, not skipped.
 	pipe := h.db.client.Pipeline()
+	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
-	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	var pulled []string
 	if home {
 		var err error
@@ -133,6 +136,14 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 			}
 			cut = first > 0 && afterSeq < first
 			newest = max(newest, last)
+		}
+	}
+	if !feedCapped(ch.feed) && h.db.opts.Archive != nil && (len(oldest) == 0 || afterSeq < int64(oldest[0].Score)) {
+		// A user's posts set holds their newest posts: those between the
+		// cursor and its oldest may have moved to the archive.
+		var err error
+		if entries, err = h.db.replayArchived(ctx, ch.feed.UserID, afterSeq, oldest, entries); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 		}
 	}
 	if cut || len(entries) > replayLimit {
@@ -209,4 +220,32 @@ func addedEvent(p *warble.Post) *warble.TimelineEvent {
 // resyncEvent is a RESYNC whose newest position is seq.
 func resyncEvent(seq int64) *warble.TimelineEvent {
 	return &warble.TimelineEvent{Kind: warble.Resync, Cursor: warble.PostCursor(seq)}
+}
+
+// replayArchived adds to entries, the replay of userID's posts newer than
+// afterSeq that their posts set holds, the posts between afterSeq and the
+// set's oldest (oldest, empty when the set is) that are in the archive:
+// one query, for at most replayLimit+1 of them. The result is oldest first,
+// each post once, and longer than replayLimit when the replay would be.
+func (db *DB) replayArchived(ctx context.Context, userID string, afterSeq int64, oldest []redis.Z, entries []feedEntry) ([]feedEntry, error) {
+	var before int64 // no bound: the set holds none of the user's posts
+	if len(oldest) > 0 {
+		before = int64(oldest[0].Score)
+	}
+	posts, err := db.opts.Archive.PostsByAuthors(ctx, []string{userID}, before, replayLimit+1)
+	if err != nil {
+		return nil, fmt.Errorf("read archived posts: %w", err)
+	}
+	var archived []feedEntry
+	for _, e := range postEntries(posts) {
+		if e.seq > afterSeq {
+			archived = append(archived, e)
+		}
+	}
+	if len(archived) == 0 {
+		return entries, nil
+	}
+	// Archived first: a post in both while it moves is then the
+	// archive's, read already.
+	return mergeEntries(append(archived, entries...), false, 0), nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // pullInstead reports whether a post by authorID is to be pulled rather
@@ -237,9 +239,10 @@ func (db *DB) cutMerged(ctx context.Context, keys []string) (cut, oldest, newest
 }
 
 // mergeEntries sorts entries by seq (newest first if rev), drops repeats of
-// a seq, and keeps at most limit (all if limit <= 0).
+// a seq (keeping the first of them), and keeps at most limit (all if limit
+// <= 0).
 func mergeEntries(entries []feedEntry, rev bool, limit int) []feedEntry {
-	slices.SortFunc(entries, func(a, b feedEntry) int {
+	slices.SortStableFunc(entries, func(a, b feedEntry) int {
 		if rev {
 			return cmp.Compare(b.seq, a.seq)
 		}
@@ -277,3 +280,100 @@ func (db *DB) newestPulled(ctx context.Context, sources []string) (int64, error)
 
 // seqArg is a seq as a ZRANGE BYSCORE bound, exclusive.
 func seqArg(seq int64) string { return "(" + strconv.FormatInt(seq, 10) }
+
+// homeAuthors returns the accounts whose posts make up userID's home
+// timeline (those userID follows now, and userID), and whether the home
+// timeline is at its cap, merged with the pulled accounts in sources as
+// rangeMerged reads it: whether its cap may have cut older posts off, which
+// a page past its oldest entry then pulls (see pullHome). One round trip,
+// in userID's slot when sources is empty; a second only for a merged
+// timeline whose sets are neither one at the cap nor together short of it.
+func (db *DB) homeAuthors(ctx context.Context, userID string, sources []string) (authors []string, full bool, err error) {
+	capN := int64(db.opts.HomeCap)
+	keys := mergedKeys(userID, sources)
+	pipe := db.client.Pipeline()
+	following := pipe.ZRange(ctx, followingKey(userID), 0, -1)
+	cards := make([]*redis.IntCmd, len(keys))
+	for i, key := range keys {
+		cards[i] = pipe.ZCard(ctx, key)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, false, fmt.Errorf("read whom %s follows: %w", userID, err)
+	}
+	authors = append(following.Val(), userID)
+	var sum int64
+	for _, c := range cards {
+		if c.Val() >= capN {
+			return authors, true, nil
+		}
+		sum += c.Val()
+	}
+	if sum < capN {
+		return authors, false, nil
+	}
+	cut, _, _, err := db.cutMerged(ctx, keys)
+	if err != nil {
+		return nil, false, fmt.Errorf("read the cap of the home timeline of %s: %w", userID, err)
+	}
+	return authors, cut > 0, nil
+}
+
+// pullHome reads up to limit posts of authorIDs with a seq below below (no
+// bound when below <= 0), newest first, as entries: the part of a home
+// timeline past what its capped sorted set holds. Each author's newest
+// posts are in their posts set, and older ones in the archive, so the
+// newest limit of all are among each posts set's newest limit below the
+// bound and the archive's newest limit of them all. One pipeline of a
+// bounded ZRANGE per author (on a cluster go-redis sends each master its
+// share at once), and one archive query by all the authors at the same
+// time. A post that is in both while it moves is one entry.
+//
+// A reader follows at most MaxFollowing accounts (2,000 by default), so a
+// page reads at most MaxFollowing+1 ranges of limit ids each from Redis,
+// in one round trip per master, and the archive query names as many
+// authors.
+func (db *DB) pullHome(ctx context.Context, authorIDs []string, below int64, limit int) ([]feedEntry, error) {
+	type archived struct {
+		posts []*warble.Post
+		err   error
+	}
+	var fromArchive chan archived
+	if archive := db.opts.Archive; archive != nil {
+		fromArchive = make(chan archived, 1)
+		go func() {
+			posts, err := archive.PostsByAuthors(ctx, authorIDs, below, limit)
+			fromArchive <- archived{posts, err}
+		}()
+	}
+	start := "+inf"
+	if below > 0 {
+		start = seqArg(below)
+	}
+	pipe := db.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, len(authorIDs))
+	for i, a := range authorIDs {
+		cmds[i] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			Key: postsKey(a), Start: start, Stop: "-inf", ByScore: true, Rev: true, Count: int64(limit),
+		})
+	}
+	_, err := pipe.Exec(ctx)
+	var entries []feedEntry
+	if fromArchive != nil {
+		// Waited for even after a Redis error, so that the query ends
+		// with the request.
+		got := <-fromArchive
+		if err == nil && got.err != nil {
+			err = fmt.Errorf("read archived posts of %d accounts: %w", len(authorIDs), got.err)
+		}
+		entries = postEntries(got.posts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		entries = append(entries, feedEntries(c.Val())...)
+	}
+	// The archive's entries come first and the sort is stable, so that
+	// a post in both is the archive's, which needs no read from Redis.
+	return mergeEntries(entries, true, limit), nil
+}

@@ -82,19 +82,22 @@ func hybridScenario(t *testing.T, db *DB, deletes bool) string {
 // order, under the same cursors.
 //
 // With a cap that cuts the timeline, the merge keeps the newest HomeCap
-// as the pushed timeline does. (It is run without deletes: after one, a
-// post that the pushed timeline's cap dropped for good may show again in
-// the merge, the one difference, see pull.go.)
+// as the pushed timeline does, and past them both go on by pull from the
+// posts of the accounts the reader follows: the whole story either way.
+// (Before a home timeline went on past its cap, a post that the pushed
+// timeline's cap dropped for good could show again in the merge after a
+// delete; read to the end, both now show every post that is not deleted.)
 func TestHybridTimelineMatchesPush(t *testing.T) {
 	for _, c := range []struct {
 		async   bool
 		homeCap int
+		deletes bool
 		want    int
-	}{{false, 0, 14}, {true, 0, 14}, {true, 6, 6}, {false, 11, 11}} {
-		t.Run(fmt.Sprintf("async=%v,cap=%d", c.async, c.homeCap), func(t *testing.T) {
+	}{{false, 0, true, 14}, {true, 0, true, 14}, {true, 6, false, 17}, {false, 11, false, 17}, {true, 6, true, 14}, {false, 3, true, 14}} {
+		t.Run(fmt.Sprintf("async=%v,cap=%d,deletes=%v", c.async, c.homeCap, c.deletes), func(t *testing.T) {
 			push := newTestDB(t, Options{PullThreshold: -1, AsyncFanOut: c.async, HomeCap: c.homeCap})
 			hybrid := newTestDB(t, Options{PullThreshold: 3, AsyncFanOut: c.async, HomeCap: c.homeCap})
-			deletes := c.homeCap == 0
+			deletes := c.deletes
 			reader := hybridScenario(t, push, deletes)
 			if got := hybridScenario(t, hybrid, deletes); got != reader {
 				t.Fatalf("reader ids differ: %s and %s", reader, got)
@@ -153,7 +156,8 @@ func TestPullFollowsUnfollow(t *testing.T) {
 
 // TestPullCaps: a pulled account shows its newest HomeCap posts, as a
 // follow's backfill would copy, and a home timeline that merges pulled and
-// pushed posts shows the newest HomeCap of them all.
+// pushed posts holds the newest HomeCap of them all; a page past them goes
+// on by pull, in the same order.
 func TestPullCaps(t *testing.T) {
 	db := newTestDB(t, Options{PullThreshold: 1, HomeCap: 4})
 	reader := mustSignup(t, db, "reader").ID
@@ -167,12 +171,15 @@ func TestPullCaps(t *testing.T) {
 		celebPosts = append(celebPosts, mustCreatePost(t, db, celeb, fmt.Sprint(i)).ID)
 	}
 	feed := warble.Feed{Kind: warble.FeedHome, UserID: reader}
-	if got, want := readTimeline(t, db, feed, 10, nil), reversed(celebPosts[2:]); !slices.Equal(got, want) {
-		t.Fatalf("home = %v, want the newest 4 of the pulled account's: %v", got, want)
+	if got, want := firstPage(t, db, feed, 4), reversed(celebPosts[2:]); !slices.Equal(got, want) {
+		t.Fatalf("first page = %v, want the newest 4 of the pulled account's: %v", got, want)
+	}
+	if got, want := readTimeline(t, db, feed, 3, nil), reversed(celebPosts); !slices.Equal(got, want) {
+		t.Fatalf("home = %v, want them all: %v", got, want)
 	}
 
 	// Four pushed posts fill the home timeline: older pulled posts are
-	// past its cap.
+	// past its cap, where a page pulls them.
 	mustFollow(t, db, reader, small)
 	var smallPosts []string
 	for i := range 4 {
@@ -180,8 +187,12 @@ func TestPullCaps(t *testing.T) {
 	}
 	newest := mustCreatePost(t, db, celeb, "newest").ID
 	want := append([]string{newest}, reversed(smallPosts)...)[:4]
-	if got := readTimeline(t, db, feed, 2, nil); !slices.Equal(got, want) {
-		t.Fatalf("home = %v, want %v", got, want)
+	if got := firstPage(t, db, feed, 4); !slices.Equal(got, want) {
+		t.Fatalf("first page = %v, want %v", got, want)
+	}
+	all := append(append([]string{newest}, reversed(smallPosts)...), reversed(celebPosts)...)
+	if got := readTimeline(t, db, feed, 2, nil); !slices.Equal(got, all) {
+		t.Fatalf("home = %v, want %v", got, all)
 	}
 
 	// A resume from below the cap of the merged timeline cannot replay
@@ -387,5 +398,130 @@ func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.note(cmds...)
 		return next(ctx, cmds)
+	}
+}
+
+// TestHomePastCap reads a home timeline whose cap cut off most of it, to
+// the end: past the entries it holds, pages go on by pull from the posts
+// of the accounts the reader follows now and the reader's own, in seq
+// order and with exact cursors, while new posts push entries out of the
+// capped timeline between pages. Posts of an account the reader no longer
+// follows, or never did, and deleted posts, are not pulled.
+func TestHomePastCap(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{HomeCap: 5})
+	reader := mustSignup(t, db, "reader").ID
+	ada := mustSignup(t, db, "ada").ID
+	bob := mustSignup(t, db, "bob").ID
+	stranger := mustSignup(t, db, "stranger").ID
+	left := mustSignup(t, db, "left").ID
+	late := mustSignup(t, db, "late").ID
+	mustFollow(t, db, reader, ada)
+	mustFollow(t, db, reader, bob)
+	mustFollow(t, db, reader, left)
+
+	var want []string // oldest first
+	for i := range 3 {
+		want = append(want, mustCreatePost(t, db, late, fmt.Sprint("early ", i)).ID)
+	}
+	var deleted string
+	for i := range 8 {
+		for _, author := range []string{ada, stranger, bob, left, reader} {
+			id := mustCreatePost(t, db, author, fmt.Sprint(i)).ID
+			switch {
+			case author == ada && i == 2:
+				deleted = id
+			case author == stranger || author == left:
+			default:
+				want = append(want, id)
+			}
+		}
+	}
+	if err := NewPostService(db).DeletePost(ctx, ada, deleted); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFollowService(db).Unfollow(ctx, reader, left); err != nil {
+		t.Fatal(err)
+	}
+	mustFollow(t, db, reader, late) // its posts are older than the cap: none is copied
+	slices.Reverse(want)
+	if n := db.client.ZCard(ctx, homeKey(reader)).Val(); n != 5 {
+		t.Fatalf("home timeline holds %d entries, want its cap, 5", n)
+	}
+
+	feed := warble.HomeFeed(reader)
+	for _, first := range []int{1, 2, 5, 7, 100} {
+		t.Run(fmt.Sprint(first), func(t *testing.T) {
+			// Posts between pages push the entries a page read out
+			// of the capped timeline: the next page still goes on
+			// where the last ended.
+			var meanwhile []string
+			got := readTimeline(t, db, feed, first, func() {
+				meanwhile = append(meanwhile, mustCreatePost(t, db, ada, "meanwhile").ID)
+			})
+			if !slices.Equal(got, want) {
+				t.Fatalf("pages of %d read\n%v\nwant\n%v", first, got, want)
+			}
+			want = append(reversed(meanwhile), want...)
+		})
+	}
+}
+
+// TestHomePastCapRoundTrips: a page past a home timeline's cap costs the
+// same round trips whatever its size and however many accounts the reader
+// follows; and a home timeline short of its cap ends without a pull.
+func TestHomePastCapRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{HomeCap: 3})
+	reader := mustSignup(t, db, "reader").ID
+	few := mustSignup(t, db, "few").ID
+	for i := range 40 {
+		author := mustSignup(t, db, fmt.Sprint("author", i)).ID
+		mustFollow(t, db, reader, author)
+		if i < 4 {
+			mustFollow(t, db, few, author)
+		}
+		for j := range 2 {
+			mustCreatePost(t, db, author, fmt.Sprint(j))
+		}
+	}
+	short := mustSignup(t, db, "short").ID
+	mustCreatePost(t, db, short, "alone")
+
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	cost := func(userID string, first int) (int64, int) {
+		t.Helper()
+		feed := warble.HomeFeed(userID)
+		page, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := page.PageInfo.EndCursor
+		before := counter.N()
+		tl, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: first, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counter.N() - before, len(tl.Edges)
+	}
+	small, n := cost(reader, 5)
+	if n != 5 {
+		t.Fatalf("page of 5 past the cap has %d posts", n)
+	}
+	large, n := cost(reader, 50)
+	if n != 50 {
+		t.Fatalf("page of 50 past the cap has %d posts", n)
+	}
+	fewer, n := cost(few, 3)
+	if n != 3 {
+		t.Fatalf("page of 3 past the cap has %d posts", n)
+	}
+	t.Logf("round trips past the cap: %d for 5 posts, %d for 50, %d following 4 accounts", small, large, fewer)
+	if small != large || small != fewer {
+		t.Errorf("round trips past the cap: %d for 5 posts, %d for 50 of 40 accounts, %d for 3 of 4; want the same", small, large, fewer)
+	}
+	if got := readTimeline(t, db, warble.HomeFeed(short), 5, nil); len(got) != 1 {
+		t.Errorf("short home timeline = %v, want its one post", got)
 	}
 }

@@ -19,6 +19,7 @@ const maxPageReads = 4
 type feedEntry struct {
 	postID string
 	seq    int64
+	post   *warble.Post // the post, when it was read with its position (from the archive)
 }
 
 // feedKeys returns the sorted set that holds feed and the channel that
@@ -47,17 +48,28 @@ func feedCapped(feed warble.Feed) bool { return feed.Kind != warble.FeedUser }
 // FindTimeline implements warble.PostService. A page costs a constant number
 // of round trips whatever its size: one range read, one pipelined fetch of
 // the posts and one of their authors.
+//
+// A page that reaches past what Redis holds of the feed goes on in the same
+// page, under the same kind of cursor (a seq), from where the rest is (see
+// beyondRedis): a user's older posts from the archive, a home timeline's
+// older posts by pull from the accounts its owner follows, the global
+// timeline's from the archive.
 func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page warble.PageArgs) (*warble.Timeline, error) {
 	if err := page.Validate(warble.MaxPageSize); err != nil {
 		return nil, err
 	}
 	max := "+inf"
+	// below is the seq the page has read down to: the cursor's, then the
+	// last entry read. bounded is false while there is neither.
+	var below int64
+	bounded := false
 	if page.After != nil {
 		after, err := warble.ParsePostCursor(*page.After)
 		if err != nil {
 			return nil, err
 		}
 		max = "(" + strconv.FormatInt(after, 10)
+		below, bounded = after, true
 	}
 	tl := &warble.Timeline{Edges: []*warble.PostEdge{}}
 	key, _, ok := feedKeys(feed)
@@ -77,8 +89,8 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		db = s.db.lagging
 	}
 	read := func(args redis.ZRangeArgs) ([]feedEntry, error) { return db.rangeFeed(ctx, args) }
+	var sources []string
 	if feed.Kind == warble.FeedHome {
-		var sources []string
 		known := false
 		read = func(args redis.ZRangeArgs) ([]feedEntry, error) {
 			if !known {
@@ -97,6 +109,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 			return s.db.rangeMerged(ctx, feed.UserID, sources, args)
 		}
 	}
+	var beyond *beyondRedis // where the feed goes on, once its sorted set has no more
 
 	// Read first+1 posts, the last only to know whether a next page
 	// exists. Ids whose post is gone (a delete racing this read) are
@@ -111,9 +124,15 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 			break
 		}
 		need := want - len(posts)
-		entries, err := read(redis.ZRangeArgs{
-			Key: key, Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(need),
-		})
+		var entries []feedEntry
+		var err error
+		if beyond == nil {
+			entries, err = read(redis.ZRangeArgs{
+				Key: key, Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(need),
+			})
+		} else {
+			entries, err = beyond.read(ctx, below, bounded, need)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", feed, err)
 		}
@@ -122,11 +141,24 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 			return nil, fmt.Errorf("find %s: %w", feed, err)
 		}
 		posts = append(posts, read...)
-		if len(entries) < need {
-			break // the feed has no more
+		if len(entries) > 0 {
+			lastRead = entries[len(entries)-1].seq
+			max = seqArg(lastRead)
+			below, bounded = lastRead, true
 		}
-		lastRead = entries[len(entries)-1].seq
-		max = "(" + strconv.FormatInt(lastRead, 10)
+		if len(entries) == need {
+			continue
+		}
+		// The sorted set has no more below; whether the feed goes on
+		// beyond it depends on the feed.
+		if beyond != nil {
+			break
+		}
+		if beyond, err = s.beyondRedis(ctx, db, feed, sources); err != nil {
+			return nil, fmt.Errorf("find %s: %w", feed, err)
+		} else if beyond == nil {
+			break
+		}
 	}
 	if len(posts) > page.First {
 		posts, more = posts[:page.First], true
@@ -149,6 +181,99 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		tl.PageInfo.EndCursor = &end
 	}
 	return tl, nil
+}
+
+// beyondRedis reads the part of a feed that its sorted set does not hold:
+// up to limit entries below a seq, newest first, from wherever the rest of
+// the feed is.
+type beyondRedis struct {
+	read func(ctx context.Context, below int64, bounded bool, limit int) ([]feedEntry, error)
+}
+
+// beyondRedis returns where feed goes on once its sorted set has no more
+// entries below a page's position, or nil when the feed ends there:
+//
+//   - A user's posts set holds their newest posts; the older ones, if
+//     any, are in the archive, one query per page on (author, seq).
+//   - A home timeline that is at its cap (merged with the pulled accounts
+//     its owner follows, see rangeMerged) has lost older entries to the
+//     cap: the rest is pulled from the posts of the accounts the owner
+//     follows now, and their own (see pullHome). A home timeline short of
+//     its cap holds everything, and ends.
+//   - The global timeline at its cap goes on from the archive, which holds
+//     everybody's older posts. No index holds the posts below the cap that
+//     are still in Redis, so those are skipped; without an archive the
+//     global timeline ends at its cap.
+//
+// It costs one round trip for a home or the global timeline, none for a
+// user's posts.
+func (s *PostService) beyondRedis(ctx context.Context, db *DB, feed warble.Feed, sources []string) (*beyondRedis, error) {
+	archive := db.opts.Archive
+	switch feed.Kind {
+	case warble.FeedUser:
+		if archive == nil {
+			return nil, nil
+		}
+		return &beyondRedis{read: func(ctx context.Context, below int64, bounded bool, limit int) ([]feedEntry, error) {
+			return archivedEntries(ctx, below, bounded, func(before int64) ([]*warble.Post, error) {
+				return archive.PostsByAuthors(ctx, []string{feed.UserID}, before, limit)
+			})
+		}}, nil
+	case warble.FeedGlobal:
+		if archive == nil {
+			return nil, nil
+		}
+		n, err := db.client.ZCard(ctx, globalKey).Result()
+		if err != nil {
+			return nil, err
+		} else if n < int64(db.opts.GlobalCap) {
+			return nil, nil
+		}
+		return &beyondRedis{read: func(ctx context.Context, below int64, bounded bool, limit int) ([]feedEntry, error) {
+			return archivedEntries(ctx, below, bounded, func(before int64) ([]*warble.Post, error) {
+				return archive.LatestPosts(ctx, before, limit)
+			})
+		}}, nil
+	case warble.FeedHome:
+		authors, full, err := s.db.homeAuthors(ctx, feed.UserID, sources)
+		if err != nil || !full {
+			return nil, err
+		}
+		return &beyondRedis{read: func(ctx context.Context, below int64, bounded bool, limit int) ([]feedEntry, error) {
+			if !bounded {
+				below = 0
+			} else if below <= 1 {
+				return nil, nil // seqs start at 1
+			}
+			return s.db.pullHome(ctx, authors, below, limit)
+		}}, nil
+	}
+	return nil, nil
+}
+
+// archivedEntries runs query with the bound of a page read below seq below
+// (none unless bounded), and returns the posts it read as entries.
+func archivedEntries(ctx context.Context, below int64, bounded bool, query func(before int64) ([]*warble.Post, error)) ([]feedEntry, error) {
+	if bounded && below <= 1 {
+		return nil, nil // seqs start at 1; the archive reads no bound as "none"
+	}
+	if !bounded {
+		below = 0
+	}
+	posts, err := query(below)
+	if err != nil {
+		return nil, fmt.Errorf("read archived posts: %w", err)
+	}
+	return postEntries(posts), nil
+}
+
+// postEntries returns posts read in full as timeline entries.
+func postEntries(posts []*warble.Post) []feedEntry {
+	entries := make([]feedEntry, 0, len(posts))
+	for _, p := range posts {
+		entries = append(entries, feedEntry{postID: p.ID, seq: p.Seq, post: p})
+	}
+	return entries
 }
 
 // rangeFeed reads entries of a timeline with ZRANGE and args, WITHSCORES.
@@ -186,10 +311,18 @@ func feedEntries(zs []redis.Z) []feedEntry {
 
 // loadPosts reads the posts of entries with their authors in one round
 // trip: a post id names its author, so one pipeline holds an HMGET per post
-// and findUsers' commands for the distinct authors. The posts come back in
-// the order of entries; an entry whose post is gone (deleted) or whose id is
-// malformed is left out. A post whose author cannot be read keeps a nil
-// Author.
+// and findUsers' commands for the distinct authors. An entry that carries
+// its post already (read from the archive) costs only its author. The posts
+// come back in the order of entries; an entry whose post is gone (deleted)
+// or whose id is malformed is left out. A post whose author cannot be read
+// keeps a nil Author.
+//
+// With an archive, an entry whose hash is gone may be a post that moved
+// there since its id was read (a timeline keeps the ids of moved posts):
+// those are asked of the archive in one query, after the pipeline. A post
+// deleted for real is in neither, and stays left out. The mover writes a
+// post to the archive before it leaves Redis, so a post in flight is
+// found in one place or the other.
 func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Post, error) {
 	if len(entries) == 0 {
 		return nil, nil
@@ -203,13 +336,15 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 		if !ok {
 			continue
 		}
-		cmds[i] = pipe.HMGet(ctx, postKey(author, seq), "body", "createdAt")
+		if e.post == nil {
+			cmds[i] = pipe.HMGet(ctx, postKey(author, seq), "body", "createdAt")
+		}
 		if _, seen := authorIndex[author]; !seen {
 			authorIndex[author] = len(authorIDs)
 			authorIDs = append(authorIDs, author)
 		}
 	}
-	if pipe.Len() == 0 {
+	if len(authorIDs) == 0 {
 		return nil, nil
 	}
 	authors := db.queueUsers(ctx, pipe, authorIDs)
@@ -221,23 +356,51 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
 	}
 
-	posts := make([]*warble.Post, 0, len(entries))
+	found := make([]*warble.Post, len(entries))
+	var moved []string
 	for i, e := range entries {
-		if cmds[i] == nil {
+		switch {
+		case e.post != nil:
+			found[i] = e.post
+		case cmds[i] == nil:
+			// A malformed id.
+		default:
+			vals := cmds[i].Val()
+			body, ok := vals[0].(string)
+			if !ok {
+				// HMGET of a missing hash is all nils: the post is
+				// gone, or archived.
+				if db.opts.Archive != nil {
+					moved = append(moved, e.postID)
+				}
+				continue
+			}
+			createdAt, _ := vals[1].(string)
+			seq, _ := postSeq(e.postID)
+			found[i] = &warble.Post{
+				ID: e.postID, AuthorID: warble.PostAuthorID(e.postID), Body: body, CreatedAt: msTime(createdAt), Seq: seq,
+			}
+		}
+	}
+	if len(moved) > 0 {
+		archived, err := db.opts.Archive.PostsByIDs(ctx, moved)
+		if err != nil {
+			return nil, fmt.Errorf("read %d archived posts: %w", len(moved), err)
+		}
+		for i, e := range entries {
+			if found[i] == nil && cmds[i] != nil {
+				found[i] = archived[e.postID]
+			}
+		}
+	}
+
+	posts := make([]*warble.Post, 0, len(entries))
+	for i, p := range found {
+		if p == nil {
 			continue
 		}
-		vals := cmds[i].Val()
-		body, ok := vals[0].(string)
-		if !ok {
-			continue // HMGET of a missing hash is all nils: the post is gone
-		}
-		createdAt, _ := vals[1].(string)
-		author := warble.PostAuthorID(e.postID)
-		seq, _ := postSeq(e.postID)
-		posts = append(posts, &warble.Post{
-			ID: e.postID, AuthorID: author, Body: body, CreatedAt: msTime(createdAt), Seq: seq,
-			Author: users[authorIndex[author]],
-		})
+		p.Author = users[authorIndex[warble.PostAuthorID(entries[i].postID)]]
+		posts = append(posts, p)
 	}
 	return posts, nil
 }

@@ -49,6 +49,20 @@ func readTimeline(tb testing.TB, db *DB, feed warble.Feed, first int, between fu
 	}
 }
 
+// firstPage returns the ids of the first page of feed, first posts long.
+func firstPage(tb testing.TB, db *DB, feed warble.Feed, first int) []string {
+	tb.Helper()
+	tl, err := NewPostService(db).FindTimeline(context.Background(), feed, warble.PageArgs{First: first})
+	if err != nil {
+		tb.Fatalf("FindTimeline(%s): %v", feed, err)
+	}
+	var ids []string
+	for _, e := range tl.Edges {
+		ids = append(ids, e.Node.ID)
+	}
+	return ids
+}
+
 func TestFindTimelinePaging(t *testing.T) {
 	db := newTestDB(t, Options{})
 	ada := mustSignup(t, db, "ada")
