@@ -131,11 +131,16 @@ func sharedCluster(tb testing.TB) *Cluster {
 }
 
 // Main runs a package's tests (call it from TestMain) and then stops the
-// clusters they shared, if they started any, and removes their files.
-func Main(m *testing.M) {
+// clusters they shared, if they started any, and removes their files. It
+// calls each of also then too: the cleanups of other shared test servers,
+// such as mysqltest.Stop, which cannot each call m.Run.
+func Main(m *testing.M, also ...func()) {
 	code := m.Run()
 	for _, c := range shared.clusters {
 		c.stop()
+	}
+	for _, f := range also {
+		f()
 	}
 	os.Exit(code)
 }

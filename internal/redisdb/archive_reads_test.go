@@ -1,0 +1,380 @@
+package redisdb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/warble/warble/internal/archive"
+	"github.com/warble/warble/internal/mysqltest"
+	"github.com/warble/warble/internal/warble"
+)
+
+// countedArchive is a real archive that counts the queries made of it, so
+// that tests can tell a page's one query from one query per post.
+type countedArchive struct {
+	warble.PostArchive
+	byIDs, byAuthors, latest atomic.Int64
+}
+
+func (a *countedArchive) PostsByIDs(ctx context.Context, ids []string) (map[string]*warble.Post, error) {
+	a.byIDs.Add(1)
+	return a.PostArchive.PostsByIDs(ctx, ids)
+}
+
+func (a *countedArchive) PostsByAuthors(ctx context.Context, authorIDs []string, beforeSeq int64, limit int) ([]*warble.Post, error) {
+	a.byAuthors.Add(1)
+	return a.PostArchive.PostsByAuthors(ctx, authorIDs, beforeSeq, limit)
+}
+
+func (a *countedArchive) LatestPosts(ctx context.Context, beforeSeq int64, limit int) ([]*warble.Post, error) {
+	a.latest.Add(1)
+	return a.PostArchive.LatestPosts(ctx, beforeSeq, limit)
+}
+
+// queries returns how many queries were made of a so far.
+func (a *countedArchive) queries() int64 {
+	return a.byIDs.Load() + a.byAuthors.Load() + a.latest.Load()
+}
+
+// newArchivedDB returns a DB over a fresh Redis with an archive on a
+// private MariaDB (see mysqltest), and that archive.
+func newArchivedDB(t *testing.T, opts Options) (*DB, *countedArchive) {
+	t.Helper()
+	store, err := archive.Open(context.Background(), mysqltest.New(t).URL, slog.Default())
+	if err != nil {
+		t.Fatalf("open archive: %v", err)
+	}
+	t.Cleanup(func() { store.Close() })
+	a := &countedArchive{PostArchive: store}
+	opts.Archive = a
+	return newTestDB(t, opts), a
+}
+
+// archivePosts moves posts out of Redis into the archive as the mover
+// leaves them: the rows written first, then each post's hash deleted and
+// its id taken off its author's posts set. The home and global timelines
+// keep their ids.
+func archivePosts(t *testing.T, db *DB, posts ...*warble.Post) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.opts.Archive.SavePosts(ctx, posts); err != nil {
+		t.Fatalf("SavePosts: %v", err)
+	}
+	for _, p := range posts {
+		author, seq, _ := splitPostID(p.ID)
+		if err := db.client.Del(ctx, postKey(author, seq)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.client.ZRem(ctx, postsKey(author), p.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// idsOf returns the ids of posts.
+func idsOf(posts []*warble.Post) []string {
+	ids := make([]string, len(posts))
+	for i, p := range posts {
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+// TestArchivedPostsRead: a post that moved to the archive reads as it did
+// from Redis, by id and in every timeline that still holds its id, all of
+// a page's in one query; a post deleted for real is found nowhere.
+func TestArchivedPostsRead(t *testing.T) {
+	ctx := context.Background()
+	db, arch := newArchivedDB(t, Options{})
+	svc := NewPostService(db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	var posts []*warble.Post
+	for i := range 12 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, fmt.Sprint("post ", i)))
+	}
+	deleted := posts[9]
+	if err := svc.DeletePost(ctx, ada.ID, deleted.ID); err != nil {
+		t.Fatal(err)
+	}
+	archivePosts(t, db, posts[:8]...)
+	var want []string // newest first, without the deleted post
+	for _, p := range slices.Backward(posts) {
+		if p != deleted {
+			want = append(want, p.ID)
+		}
+	}
+
+	for _, p := range []*warble.Post{posts[0], posts[7], posts[11]} {
+		got, err := svc.FindPostByID(ctx, p.ID)
+		if err != nil {
+			t.Fatalf("FindPostByID(%s): %v", p.ID, err)
+		}
+		if got.Body != p.Body || !got.CreatedAt.Equal(p.CreatedAt) || got.Seq != p.Seq || got.AuthorID != ada.ID ||
+			got.Author == nil || got.Author.Username != "ada" {
+			t.Errorf("FindPostByID(%s) = %+v, want %+v by ada", p.ID, got, p)
+		}
+	}
+	if _, err := svc.FindPostByID(ctx, deleted.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Errorf("FindPostByID(deleted) err = %v, want not found", err)
+	}
+
+	before := arch.byIDs.Load()
+	ids := []string{posts[1].ID, deleted.ID, posts[10].ID, posts[2].ID, "1:999999"}
+	got, err := svc.FindPostsByIDs(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := arch.byIDs.Load() - before; n != 1 {
+		t.Errorf("FindPostsByIDs asked the archive %d times, want once", n)
+	}
+	for i, p := range got {
+		wantNil := ids[i] == deleted.ID || ids[i] == "1:999999"
+		if (p == nil) != wantNil || (p != nil && (p.ID != ids[i] || p.Author == nil)) {
+			t.Errorf("FindPostsByIDs[%d] (%s) = %+v", i, ids[i], p)
+		}
+	}
+
+	for _, feed := range []warble.Feed{warble.HomeFeed(bob.ID), warble.HomeFeed(ada.ID), warble.GlobalFeed()} {
+		before := arch.queries()
+		tl, err := svc.FindTimeline(ctx, feed, warble.PageArgs{First: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := arch.queries() - before; n != 1 {
+			t.Errorf("%s: a page asked the archive %d times, want once", feed, n)
+		}
+		var got []string
+		for _, e := range tl.Edges {
+			got = append(got, e.Node.ID)
+			if e.Node.Author == nil || e.Node.Body == "" {
+				t.Errorf("%s: post %s read as %+v", feed, e.Node.ID, e.Node)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s = %v, want %v", feed, got, want)
+		}
+	}
+}
+
+// TestUserPostsAcrossArchive pages through a user's posts whose oldest are
+// archived: the pages go on from the posts set into the archive with exact
+// cursors, whatever the page size, while new posts arrive; a page that
+// crosses asks the archive once; and a post in both places, as while it
+// moves, is read once.
+func TestUserPostsAcrossArchive(t *testing.T) {
+	ctx := context.Background()
+	db, arch := newArchivedDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	var posts []*warble.Post
+	for i := range 25 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, fmt.Sprint("post ", i)))
+		mustCreatePost(t, db, bob.ID, "noise")
+	}
+	archivePosts(t, db, posts[:15]...)
+	// The next one is written to the archive but still in Redis, as a
+	// post is between the mover's two steps.
+	if err := arch.SavePosts(ctx, posts[15:16]); err != nil {
+		t.Fatal(err)
+	}
+	want := reversed(idsOf(posts))
+	feed := warble.UserFeed(ada.ID)
+
+	before := arch.queries()
+	tl, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := arch.queries() - before; n != 1 {
+		t.Errorf("a page across the boundary asked the archive %d times, want once", n)
+	}
+	if len(tl.Edges) != 20 || !tl.PageInfo.HasNextPage {
+		t.Fatalf("first page has %d posts, next %v", len(tl.Edges), tl.PageInfo.HasNextPage)
+	}
+
+	for _, first := range []int{1, 3, 10, 11, 100} {
+		t.Run(fmt.Sprint(first), func(t *testing.T) {
+			var meanwhile []string
+			got := readTimeline(t, db, feed, first, func() {
+				meanwhile = append(meanwhile, mustCreatePost(t, db, ada.ID, "meanwhile").ID)
+			})
+			if !slices.Equal(got, want) {
+				t.Fatalf("pages of %d read\n%v\nwant\n%v", first, got, want)
+			}
+			want = append(reversed(meanwhile), want...)
+		})
+	}
+
+	// Everything archived: the posts set is empty, the pages all come from
+	// the archive.
+	carl := mustSignup(t, db, "carl")
+	var carls []*warble.Post
+	for i := range 4 {
+		carls = append(carls, mustCreatePost(t, db, carl.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, carls...)
+	if got := readTimeline(t, db, warble.UserFeed(carl.ID), 3, nil); !slices.Equal(got, reversed(idsOf(carls))) {
+		t.Errorf("posts of an author all archived = %v, want %v", got, reversed(idsOf(carls)))
+	}
+}
+
+// TestHomePastCapWithArchive reads a home timeline past its cap to the
+// end when the oldest posts of the accounts the reader follows are
+// archived: the pull merges their posts sets with the archive, one query
+// per page, and shows each post once.
+func TestHomePastCapWithArchive(t *testing.T) {
+	ctx := context.Background()
+	db, arch := newArchivedDB(t, Options{HomeCap: 4})
+	reader := mustSignup(t, db, "reader")
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	stranger := mustSignup(t, db, "stranger")
+	mustFollow(t, db, reader.ID, ada.ID)
+	mustFollow(t, db, reader.ID, bob.ID)
+	byAuthor := map[string][]*warble.Post{}
+	var want []string
+	for i := range 9 {
+		for _, u := range []*warble.User{ada, stranger, bob, reader} {
+			p := mustCreatePost(t, db, u.ID, fmt.Sprint(i))
+			byAuthor[u.ID] = append(byAuthor[u.ID], p)
+			if u != stranger {
+				want = append(want, p.ID)
+			}
+		}
+	}
+	slices.Reverse(want)
+	archivePosts(t, db, byAuthor[ada.ID][:6]...)
+	archivePosts(t, db, byAuthor[bob.ID][:2]...)
+	archivePosts(t, db, byAuthor[reader.ID][:7]...)
+	archivePosts(t, db, byAuthor[stranger.ID][:5]...)
+	if err := arch.SavePosts(ctx, byAuthor[bob.ID][2:3]); err != nil { // in both, as while it moves
+		t.Fatal(err)
+	}
+
+	feed := warble.HomeFeed(reader.ID)
+	for _, first := range []int{1, 2, 5, 100} {
+		if got := readTimeline(t, db, feed, first, nil); !slices.Equal(got, want) {
+			t.Fatalf("pages of %d read\n%v\nwant\n%v", first, got, want)
+		}
+	}
+	first := firstPage(t, db, feed, 4)
+	tl, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: 4, After: new(warble.PostCursor(mustSeq(t, first[3])))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := arch.byAuthors.Load()
+	if _, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: 10, After: tl.PageInfo.EndCursor}); err != nil {
+		t.Fatal(err)
+	}
+	if n := arch.byAuthors.Load() - before; n != 1 {
+		t.Errorf("a page past the cap asked the archive for posts by author %d times, want once", n)
+	}
+}
+
+// mustSeq returns the seq of a post id.
+func mustSeq(t *testing.T, id string) int64 {
+	t.Helper()
+	seq, ok := postSeq(id)
+	if !ok {
+		t.Fatalf("malformed post id %q", id)
+	}
+	return seq
+}
+
+// TestGlobalPastCapWithArchive reads the global timeline past its cap: it
+// goes on with the archived posts below it, newest first; the posts below
+// the cap still in Redis are indexed nowhere and are not shown. Without an
+// archive it ends at its cap.
+func TestGlobalPastCapWithArchive(t *testing.T) {
+	db, _ := newArchivedDB(t, Options{GlobalCap: 5})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	var adas, bobs []*warble.Post
+	for i := range 8 {
+		adas = append(adas, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+		bobs = append(bobs, mustCreatePost(t, db, bob.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, adas[:3]...)
+	archivePosts(t, db, bobs[:5]...)
+	// In Redis: the global timeline's 5 newest; below them the archived
+	// posts, and adas[3..5], bobs[5] which are in Redis but not indexed.
+	want := reversed(idsOf([]*warble.Post{adas[5], bobs[5], adas[6], bobs[6], adas[7], bobs[7]}))[:5]
+	var archived []*warble.Post
+	for i := range 8 {
+		if i < 3 {
+			archived = append(archived, adas[i])
+		}
+		if i < 5 {
+			archived = append(archived, bobs[i])
+		}
+	}
+	slices.SortFunc(archived, func(a, b *warble.Post) int { return int(b.Seq - a.Seq) })
+	want = append(want, idsOf(archived)...)
+	for _, first := range []int{1, 4, 5, 100} {
+		if got := readTimeline(t, db, warble.GlobalFeed(), first, nil); !slices.Equal(got, want) {
+			t.Errorf("pages of %d read\n%v\nwant\n%v", first, got, want)
+		}
+	}
+
+	plain := newTestDB(t, Options{GlobalCap: 5})
+	carl := mustSignup(t, plain, "carl")
+	for i := range 8 {
+		mustCreatePost(t, plain, carl.ID, fmt.Sprint(i))
+	}
+	if got := readTimeline(t, plain, warble.GlobalFeed(), 2, nil); len(got) != 5 {
+		t.Errorf("global timeline without an archive = %v, want its 5 newest", got)
+	}
+}
+
+// TestReplayArchived subscribes with after: to timelines whose posts moved
+// to the archive since the cursor: the replay reads them from there, oldest
+// first, and goes on live. A user's posts past what their posts set holds
+// are replayed from the archive too.
+func TestReplayArchived(t *testing.T) {
+	db, _ := newArchivedDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	var posts []*warble.Post
+	for i := range 6 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, posts[:4]...)
+	h := newTestHub(t, db)
+	after := warble.PostCursor(posts[0].Seq)
+	for _, feed := range []warble.Feed{warble.UserFeed(ada.ID), warble.HomeFeed(bob.ID), warble.GlobalFeed()} {
+		events := mustSubscribe(t, h, feed, &after)
+		for _, p := range posts[1:] {
+			ev := nextEvent(t, events)
+			if ev.Kind != warble.PostAdded || *ev.PostID != p.ID || ev.Post == nil || ev.Post.Body != p.Body || ev.Post.Author == nil {
+				t.Fatalf("%s: replayed %s %v %+v, want POST_ADDED of %s", feed, ev.Kind, ev.PostID, ev.Post, p.ID)
+			}
+		}
+		live := mustCreatePost(t, db, ada.ID, "live")
+		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || *ev.PostID != live.ID {
+			t.Fatalf("%s: then %s %v, want POST_ADDED of %s", feed, ev.Kind, ev.PostID, live.ID)
+		}
+		posts = append(posts, live)
+	}
+
+	// Everything of carl's archived: the replay is the archive's.
+	carl := mustSignup(t, db, "carl")
+	var carls []*warble.Post
+	for i := range 3 {
+		carls = append(carls, mustCreatePost(t, db, carl.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, carls...)
+	after = warble.PostCursor(carls[0].Seq)
+	events := mustSubscribe(t, h, warble.UserFeed(carl.ID), &after)
+	for _, p := range carls[1:] {
+		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || *ev.PostID != p.ID {
+			t.Fatalf("carl: replayed %s %v, want POST_ADDED of %s", ev.Kind, ev.PostID, p.ID)
+		}
+	}
+}
