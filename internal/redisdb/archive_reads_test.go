@@ -378,3 +378,29 @@ func TestReplayArchived(t *testing.T) {
 		}
 	}
 }
+
+// TestUnfollowArchivedPosts: unfollowing takes the followee's posts off the
+// home timeline, those that moved to the archive too, whose ids the home
+// timeline kept and its posts set did not.
+func TestUnfollowArchivedPosts(t *testing.T) {
+	ctx := context.Background()
+	db, _ := newArchivedDB(t, Options{})
+	reader := mustSignup(t, db, "reader")
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, reader.ID, ada.ID)
+	mustFollow(t, db, reader.ID, bob.ID)
+	var adas []*warble.Post
+	var bobs []string
+	for i := range 4 {
+		adas = append(adas, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+		bobs = append(bobs, mustCreatePost(t, db, bob.ID, fmt.Sprint(i)).ID)
+	}
+	archivePosts(t, db, adas[:3]...)
+	if err := NewFollowService(db).Unfollow(ctx, reader.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readTimeline(t, db, warble.HomeFeed(reader.ID), 10, nil), reversed(bobs); !slices.Equal(got, want) {
+		t.Errorf("home after unfollowing ada = %v, want bob's only: %v", got, want)
+	}
+}

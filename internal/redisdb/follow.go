@@ -101,23 +101,29 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
 return {added, newest()}
 `)
 
-// unbackfillScript removes posts of a followee from the follower's home
-// timeline, unless the follower follows the followee again by now: a
-// concurrent follow may have come last, and then its backfill stands.
+// unbackfillScript removes the posts of a followee from the follower's
+// home timeline, unless the follower follows the followee again by now: a
+// concurrent follow may have come last, and then its backfill stands. It
+// finds them by their ids, which start with their author's, among the
+// timeline's entries (at most the home timeline cap of them), not in the
+// followee's posts set: that set no longer holds the posts that moved to
+// the archive, whose ids home timelines keep.
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
 // ARGV[1] -> followee id
-// ARGV[2..] -> post ids
 //
 // Returns how many posts were removed, or -1 if the followee is followed.
 var unbackfillScript = redis.NewScript(`
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 	return -1
 end
+local prefix = ARGV[1] .. ':'
 local removed = 0
-for i = 2, #ARGV do
-	removed = removed + redis.call('ZREM', KEYS[1], ARGV[i])
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+	if string.sub(id, 1, #prefix) == prefix then
+		removed = removed + redis.call('ZREM', KEYS[1], id)
+	end
 end
 return removed
 `)
@@ -336,48 +342,14 @@ func (s *FollowService) backfill(ctx context.Context, followerID, followeeID str
 	return added, int64(parseReplyScore(replyString(res[1]))), nil
 }
 
-// unbackfill removes the followee's posts from the follower's home timeline:
-// those of the followee's posts that are not older than the timeline's
-// oldest entry, in chunks. It returns how many were removed.
+// unbackfill removes the followee's posts from the follower's home timeline
+// in one step (see unbackfillScript). It returns how many were removed.
 func (s *FollowService) unbackfill(ctx context.Context, followerID, followeeID string) (int64, error) {
-	oldest, err := s.db.client.ZRangeWithScores(ctx, homeKey(followerID), 0, 0).Result()
+	n, err := unbackfillScript.Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)}, followeeID).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("unfollow %s -> %s: read home timeline: %w", followerID, followeeID, err)
-	} else if len(oldest) == 0 {
-		return 0, nil
+		return 0, fmt.Errorf("unfollow %s -> %s: remove posts from home timeline: %w", followerID, followeeID, err)
 	}
-	keys := []string{homeKey(followerID), followingKey(followerID)}
-	min := strconv.FormatFloat(oldest[0].Score, 'f', -1, 64)
-	var removed int64
-	for {
-		posts, err := s.db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-			Key: postsKey(followeeID), Start: min, Stop: "+inf", ByScore: true, Count: followChunk,
-		}).Result()
-		if err != nil {
-			return removed, fmt.Errorf("unfollow %s -> %s: read posts: %w", followerID, followeeID, err)
-		}
-		if len(posts) == 0 {
-			return removed, nil
-		}
-		args := make([]any, 0, 1+len(posts))
-		args = append(args, followeeID)
-		for _, p := range posts {
-			args = append(args, p.Member)
-		}
-		n, err := unbackfillScript.Run(ctx, s.db.client, keys, args...).Int64()
-		if err != nil {
-			return removed, fmt.Errorf("unfollow %s -> %s: remove posts from home timeline: %w", followerID, followeeID, err)
-		} else if n < 0 {
-			return removed, nil // followed again meanwhile; that follow's backfill stands
-		}
-		removed += n
-		if len(posts) < followChunk {
-			return removed, nil
-		}
-		// Post seqs are unique, so the next chunk starts exactly after
-		// the last post read.
-		min = "(" + strconv.FormatFloat(posts[len(posts)-1].Score, 'f', -1, 64)
-	}
+	return max(n, 0), nil // -1: followed again meanwhile; that follow's backfill stands
 }
 
 // newestInHome returns the newest seq in userID's home timeline, 0 if empty.
