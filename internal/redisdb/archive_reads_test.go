@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -73,15 +74,6 @@ func archivePosts(t *testing.T, db *DB, posts ...*warble.Post) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// idsOf returns the ids of posts.
-func idsOf(posts []*warble.Post) []string {
-	ids := make([]string, len(posts))
-	for i, p := range posts {
-		ids[i] = p.ID
-	}
-	return ids
 }
 
 // TestArchivedPostsRead: a post that moved to the archive reads as it did
@@ -402,5 +394,66 @@ func TestUnfollowArchivedPosts(t *testing.T) {
 	}
 	if got, want := readTimeline(t, db, warble.HomeFeed(reader.ID), 10, nil), reversed(bobs); !slices.Equal(got, want) {
 		t.Errorf("home after unfollowing ada = %v, want bob's only: %v", got, want)
+	}
+}
+
+// TestReadsSameAfterMove reads every timeline, page by page, and every post
+// by id, before and after the mover took most posts to the archive: the
+// same posts, in the same order, under the same cursors.
+func TestReadsSameAfterMove(t *testing.T) {
+	ctx := context.Background()
+	db, _ := newArchiveTestDB(t, Options{PostsInRedis: 3, HomeCap: 6, GlobalCap: 100})
+	reader := mustSignup(t, db, "reader")
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, reader.ID, ada.ID)
+	mustFollow(t, db, reader.ID, bob.ID)
+	var ids []string
+	for i := range 10 {
+		for _, u := range []*warble.User{ada, bob, reader} {
+			ids = append(ids, mustCreatePost(t, db, u.ID, fmt.Sprint(u.Username, " ", i)).ID)
+		}
+	}
+	feeds := []warble.Feed{
+		warble.UserFeed(ada.ID), warble.UserFeed(reader.ID), warble.HomeFeed(reader.ID),
+		warble.HomeFeed(ada.ID), warble.GlobalFeed(),
+	}
+	// read returns every page of every feed, and every post by id, as text.
+	read := func() []string {
+		var out []string
+		for _, feed := range feeds {
+			for _, first := range []int{4, 7} {
+				var after *string
+				for {
+					tl, err := NewPostService(db).FindTimeline(ctx, feed, warble.PageArgs{First: first, After: after})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, e := range tl.Edges {
+						out = append(out, fmt.Sprint(feed, " ", e.Cursor, " ", e.Node.ID, " ", e.Node.Body, " ", e.Node.CreatedAt, " ", e.Node.Author.Username))
+					}
+					if !tl.PageInfo.HasNextPage {
+						break
+					}
+					after = tl.PageInfo.EndCursor
+				}
+			}
+		}
+		posts, err := NewPostService(db).FindPostsByIDs(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range posts {
+			out = append(out, fmt.Sprint(p.ID, " ", p.Body, " ", p.CreatedAt, " ", p.Author.Username))
+		}
+		return out
+	}
+	before := read()
+	if moved := drainMoves(t, db); moved != 21 {
+		t.Fatalf("the mover moved %d posts, want 21", moved)
+	}
+	after := read()
+	if !slices.Equal(before, after) {
+		t.Errorf("reads before the move:\n%v\nafter:\n%v", strings.Join(before, "\n"), strings.Join(after, "\n"))
 	}
 }
