@@ -56,9 +56,9 @@ func newArchivedDB(t *testing.T, opts Options) (*DB, *countedArchive) {
 }
 
 // archivePosts moves posts out of Redis into the archive as the mover
-// leaves them: the rows written first, then each post's hash deleted and
-// its id taken off its author's posts set. The home and global timelines
-// keep their ids.
+// leaves them: the rows written first, then each post's hash deleted, its
+// id taken off its author's posts set and counted in their archived count.
+// The home and global timelines keep their ids.
 func archivePosts(t *testing.T, db *DB, posts ...*warble.Post) {
 	t.Helper()
 	ctx := context.Background()
@@ -71,6 +71,9 @@ func archivePosts(t *testing.T, db *DB, posts ...*warble.Post) {
 			t.Fatal(err)
 		}
 		if err := db.client.ZRem(ctx, postsKey(author), p.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.client.HIncrBy(ctx, userKey(author), archivedPostsField, 1).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,6 +204,15 @@ func TestUserPostsAcrossArchive(t *testing.T) {
 			}
 			want = append(reversed(meanwhile), want...)
 		})
+	}
+
+	// Nothing of bob's is archived: his last page does not ask the archive.
+	before = arch.queries()
+	if got := readTimeline(t, db, warble.UserFeed(bob.ID), 10, nil); len(got) != 25 {
+		t.Errorf("bob's posts: %d, want 25", len(got))
+	}
+	if n := arch.queries() - before; n != 0 {
+		t.Errorf("reading the posts of a user with none archived asked the archive %d times", n)
 	}
 
 	// Everything archived: the posts set is empty, the pages all come from

@@ -103,6 +103,10 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
+	var archivedCmd *redis.StringCmd // how many of a user's posts are archived, see archivedCount
+	if ch.feed.Kind == warble.FeedUser && h.db.opts.Archive != nil {
+		archivedCmd = pipe.HGet(ctx, userKey(ch.feed.UserID), archivedPostsField)
+	}
 	var pulled []string
 	if home {
 		var err error
@@ -110,7 +114,7 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 			return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 	}
 	var newest int64
@@ -138,7 +142,8 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 			newest = max(newest, last)
 		}
 	}
-	if !feedCapped(ch.feed) && h.db.opts.Archive != nil && (len(oldest) == 0 || afterSeq < int64(oldest[0].Score)) {
+	if archivedCmd != nil && archivedCmd.Val() != "" && archivedCmd.Val() != "0" &&
+		(len(oldest) == 0 || afterSeq < int64(oldest[0].Score)) {
 		// A user's posts set holds their newest posts: those between the
 		// cursor and its oldest may have moved to the archive.
 		var err error
