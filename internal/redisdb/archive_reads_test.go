@@ -469,3 +469,33 @@ func TestReadsSameAfterMove(t *testing.T) {
 		t.Errorf("reads before the move:\n%v\nafter:\n%v", strings.Join(before, "\n"), strings.Join(after, "\n"))
 	}
 }
+
+// TestFollowCopiesArchivedPosts: following copies the followee's newest
+// posts up to the home timeline cap, those that moved to the archive too.
+func TestFollowCopiesArchivedPosts(t *testing.T) {
+	db, _ := newArchivedDB(t, Options{HomeCap: 5})
+	reader := mustSignup(t, db, "reader")
+	ada := mustSignup(t, db, "ada")
+	var adas []*warble.Post
+	for i := range 7 {
+		adas = append(adas, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, adas[:5]...)
+	mustFollow(t, db, reader.ID, ada.ID)
+	if got, want := zsetIDs(t, db, homeKey(reader.ID)), idsOf(adas[2:]); !slices.Equal(got, want) {
+		t.Errorf("home after follow = %v, want ada's newest 5: %v", got, want)
+	}
+
+	// All archived: the copy is the archive's alone.
+	bob := mustSignup(t, db, "bob")
+	var bobs []*warble.Post
+	for i := range 3 {
+		bobs = append(bobs, mustCreatePost(t, db, bob.ID, fmt.Sprint(i)))
+	}
+	archivePosts(t, db, bobs...)
+	fan := mustSignup(t, db, "fan")
+	mustFollow(t, db, fan.ID, bob.ID)
+	if got, want := readTimeline(t, db, warble.HomeFeed(fan.ID), 2, nil), reversed(idsOf(bobs)); !slices.Equal(got, want) {
+		t.Errorf("home after following bob = %v, want %v", got, want)
+	}
+}

@@ -323,11 +323,31 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 
 // backfill copies the followee's newest posts, up to the home timeline cap,
 // into the follower's home timeline. It returns how many were added and the
-// newest seq the home timeline then holds.
+// newest seq the home timeline then holds. Those that are not in the
+// followee's posts set (they moved to the archive) are read from the
+// archive, one query, when the set holds fewer than the cap and the
+// followee has posts archived.
 func (s *FollowService) backfill(ctx context.Context, followerID, followeeID string) (added, newest int64, err error) {
-	posts, err := s.db.client.ZRevRangeWithScores(ctx, postsKey(followeeID), 0, int64(s.db.opts.HomeCap-1)).Result()
-	if err != nil {
+	capN := s.db.opts.HomeCap
+	pipe := s.db.client.Pipeline()
+	postsCmd := pipe.ZRevRangeWithScores(ctx, postsKey(followeeID), 0, int64(capN-1))
+	archivedCmd := pipe.HGet(ctx, userKey(followeeID), archivedPostsField)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return 0, 0, fmt.Errorf("follow %s -> %s: read posts: %w", followerID, followeeID, err)
+	}
+	posts := postsCmd.Val()
+	if n, _ := archivedCmd.Int64(); n > 0 && s.db.opts.Archive != nil && len(posts) < capN {
+		var before int64 // no bound when the set is empty
+		if len(posts) > 0 {
+			before = int64(posts[len(posts)-1].Score)
+		}
+		older, err := s.db.opts.Archive.PostsByAuthors(ctx, []string{followeeID}, before, capN-len(posts))
+		if err != nil {
+			return 0, 0, fmt.Errorf("follow %s -> %s: read archived posts: %w", followerID, followeeID, err)
+		}
+		for _, p := range older {
+			posts = append(posts, redis.Z{Score: float64(p.Seq), Member: p.ID})
+		}
 	}
 	args := make([]any, 0, 2+2*len(posts))
 	args = append(args, followeeID, s.db.opts.HomeCap)
