@@ -43,7 +43,7 @@ func (a *countedArchive) queries() int64 {
 
 // newArchivedDB returns a DB over a fresh Redis with an archive on a
 // private MariaDB (see mysqltest), and that archive.
-func newArchivedDB(t *testing.T, opts Options) (*DB, *countedArchive) {
+func newArchivedDB(t testing.TB, opts Options) (*DB, *countedArchive) {
 	t.Helper()
 	store, err := archive.Open(context.Background(), mysqltest.New(t).URL, slog.Default())
 	if err != nil {
@@ -59,7 +59,7 @@ func newArchivedDB(t *testing.T, opts Options) (*DB, *countedArchive) {
 // leaves them: the rows written first, then each post's hash deleted, its
 // id taken off its author's posts set and counted in their archived count.
 // The home and global timelines keep their ids.
-func archivePosts(t *testing.T, db *DB, posts ...*warble.Post) {
+func archivePosts(t testing.TB, db *DB, posts ...*warble.Post) {
 	t.Helper()
 	ctx := context.Background()
 	if err := db.opts.Archive.SavePosts(ctx, posts); err != nil {
@@ -278,6 +278,23 @@ func TestHomePastCapWithArchive(t *testing.T) {
 	}
 	if n := arch.byAuthors.Load() - before; n != 1 {
 		t.Errorf("a page past the cap asked the archive for posts by author %d times, want once", n)
+	}
+
+	// Nothing archived of the accounts another reader follows: the pull
+	// does not ask the archive.
+	other := mustSignup(t, db, "other")
+	cal := mustSignup(t, db, "cal")
+	mustFollow(t, db, other.ID, cal.ID)
+	var cals []string
+	for i := range 9 {
+		cals = append(cals, mustCreatePost(t, db, cal.ID, fmt.Sprint(i)).ID)
+	}
+	before = arch.queries()
+	if got := readTimeline(t, db, warble.HomeFeed(other.ID), 3, nil); !slices.Equal(got, reversed(cals)) {
+		t.Errorf("home of other = %v, want %v", got, reversed(cals))
+	}
+	if n := arch.queries() - before; n != 0 {
+		t.Errorf("pulling posts of accounts with none archived asked the archive %d times", n)
 	}
 }
 

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/warble/warble/internal/warble"
 )
 
 // pullInstead reports whether a post by authorID is to be pulled rather
@@ -323,57 +321,72 @@ func (db *DB) homeAuthors(ctx context.Context, userID string, sources []string) 
 // timeline past what its capped sorted set holds. Each author's newest
 // posts are in their posts set, and older ones in the archive, so the
 // newest limit of all are among each posts set's newest limit below the
-// bound and the archive's newest limit of them all. One pipeline of a
-// bounded ZRANGE per author (on a cluster go-redis sends each master its
-// share at once), and one archive query by all the authors at the same
-// time. A post that is in both while it moves is one entry.
+// bound and the archive's newest limit of the authors whose sets fall
+// short. One pipeline of a bounded ZRANGE per author with their archived
+// count (on a cluster go-redis sends each master its share at once), then
+// one archive query by the authors who may have some of the page there. A
+// post that is in both while it moves is one entry.
 //
 // A reader follows at most MaxFollowing accounts (2,000 by default), so a
 // page reads at most MaxFollowing+1 ranges of limit ids each from Redis,
-// in one round trip per master, and the archive query names as many
-// authors.
+// and the archive query names at most as many authors.
 func (db *DB) pullHome(ctx context.Context, authorIDs []string, below int64, limit int) ([]feedEntry, error) {
-	type archived struct {
-		posts []*warble.Post
-		err   error
-	}
-	var fromArchive chan archived
-	if archive := db.opts.Archive; archive != nil {
-		fromArchive = make(chan archived, 1)
-		go func() {
-			posts, err := archive.PostsByAuthors(ctx, authorIDs, below, limit)
-			fromArchive <- archived{posts, err}
-		}()
-	}
 	start := "+inf"
 	if below > 0 {
 		start = seqArg(below)
 	}
+	archive := db.opts.Archive
 	pipe := db.client.Pipeline()
-	cmds := make([]*redis.ZSliceCmd, len(authorIDs))
+	ranges := make([]*redis.ZSliceCmd, len(authorIDs))
+	counts := make([]*redis.StringCmd, len(authorIDs))
 	for i, a := range authorIDs {
-		cmds[i] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		ranges[i] = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 			Key: postsKey(a), Start: start, Stop: "-inf", ByScore: true, Rev: true, Count: int64(limit),
 		})
-	}
-	_, err := pipe.Exec(ctx)
-	var entries []feedEntry
-	if fromArchive != nil {
-		// Waited for even after a Redis error, so that the query ends
-		// with the request.
-		got := <-fromArchive
-		if err == nil && got.err != nil {
-			err = fmt.Errorf("read archived posts of %d accounts: %w", len(authorIDs), got.err)
+		if archive != nil {
+			counts[i] = pipe.HGet(ctx, userKey(a), archivedPostsField)
 		}
-		entries = postEntries(got.posts)
 	}
-	if err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
-	for _, c := range cmds {
+	var entries []feedEntry
+	for _, c := range ranges {
 		entries = append(entries, feedEntries(c.Val())...)
 	}
-	// The archive's entries come first and the sort is stable, so that
-	// a post in both is the archive's, which needs no read from Redis.
+	if archive == nil {
+		return mergeEntries(entries, true, limit), nil
+	}
+
+	// An author's archived posts are older than those in their posts set
+	// (the mover takes the oldest first, and counts them in the step that
+	// takes them out of the set). So the archive can add to the page only
+	// posts of authors with some archived whose range came back short of
+	// limit; and of those, only of authors whose range did not already go
+	// below the limit-th newest entry read.
+	floor := int64(-1)
+	if len(entries) >= limit {
+		floor = mergeEntries(slices.Clone(entries), true, limit)[limit-1].seq
+	}
+	var needed []string
+	for i, a := range authorIDs {
+		r := ranges[i].Val()
+		n, _ := counts[i].Int64()
+		switch {
+		case n <= 0, len(r) == limit:
+		case len(r) > 0 && int64(r[len(r)-1].Score) <= floor:
+		default:
+			needed = append(needed, a)
+		}
+	}
+	if len(needed) > 0 {
+		posts, err := archive.PostsByAuthors(ctx, needed, below, limit)
+		if err != nil {
+			return nil, fmt.Errorf("read archived posts of %d accounts: %w", len(needed), err)
+		}
+		// The archive's entries first: the sort is stable, so a post in
+		// both is the archive's, which needs no read from Redis.
+		entries = append(postEntries(posts), entries...)
+	}
 	return mergeEntries(entries, true, limit), nil
 }
