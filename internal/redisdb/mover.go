@@ -58,15 +58,11 @@ import (
 // once however often it is retried) and then its row; a process that dies
 // in between leaves the id for the mover, which the author is due for.
 
-const (
-	// moveLease is how long a mover holds an author, both in the due
-	// index and by the moving lock: far longer than a batch takes.
-	moveLease = 5 * time.Minute
-	// moveBatchesPerClaim bounds the work on one author per claim, so
-	// that one author with a long history does not hold a worker from
-	// fan-out jobs; past it the author is due again at once.
-	moveBatchesPerClaim = 10
-)
+// moveBatchesPerClaim bounds the work on one author per claim, so that one
+// author with a long history does not hold a worker from fan-out jobs;
+// past it the author is due again at once. A claim, like the moving lock,
+// lasts Options.MoveLease.
+const moveBatchesPerClaim = 10
 
 // claimDueScript leases the first due author of a shard to a mover.
 //
@@ -246,7 +242,7 @@ func (db *DB) moveDue(ctx context.Context, first int) (int, bool, error) {
 	for i := range shards {
 		shard := (first + i) % shards
 		now := db.opts.Now().UnixMilli()
-		lease := now + moveLease.Milliseconds()
+		lease := now + db.opts.MoveLease.Milliseconds()
 		authorID, err := claimDueScript.Run(ctx, db.client, []string{archiveDueKey(shard)}, now, lease).Text()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -304,7 +300,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	now := db.opts.Now()
 	batch := db.opts.MoveBatch
 	res, err := moveLockScript.Run(ctx, db.client, []string{postsKey(authorID), movingKey(authorID)},
-		token, moveLease.Milliseconds(), batch).Slice()
+		token, db.opts.MoveLease.Milliseconds(), batch).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("move posts of %s: lock: %w", authorID, err)
 	}
