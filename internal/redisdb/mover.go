@@ -485,29 +485,34 @@ func (db *DB) archived(ctx context.Context, postID string) (bool, error) {
 	return found[postID] != nil, err
 }
 
-// ArchiveLag returns how long the author who has waited longest for the
-// mover has waited past their due time: zero when the movers keep up.
-func (db *DB) ArchiveLag(ctx context.Context) (time.Duration, error) {
+// ArchiveStats returns how many authors are due for a move now, and how
+// long the one due longest has waited past their time: zero when the
+// movers keep up. An author a mover holds is not due until its lease ends.
+func (db *DB) ArchiveStats(ctx context.Context) (int64, time.Duration, error) {
 	if db.opts.Archive == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
 	shards := max(1, db.opts.FanOutShards)
+	now := db.opts.Now().UnixMilli()
+	nowArg := strconv.FormatInt(now, 10)
 	pipe := db.client.Pipeline()
+	due := make([]*redis.IntCmd, shards)
 	oldest := make([]*redis.ZSliceCmd, shards)
 	for i := range shards {
+		due[i] = pipe.ZCount(ctx, archiveDueKey(i), "-inf", nowArg)
 		oldest[i] = pipe.ZRangeWithScores(ctx, archiveDueKey(i), 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("archive lag: %w", err)
+		return 0, 0, fmt.Errorf("archive stats: %w", err)
 	}
-	now := db.opts.Now().UnixMilli()
-	var lag int64
-	for _, c := range oldest {
-		if z := c.Val(); len(z) == 1 {
+	var n, lag int64
+	for i := range shards {
+		n += due[i].Val()
+		if z := oldest[i].Val(); len(z) == 1 {
 			lag = max(lag, now-int64(z[0].Score))
 		}
 	}
-	return time.Duration(lag) * time.Millisecond, nil
+	return n, time.Duration(lag) * time.Millisecond, nil
 }
 
 // backfillArchiveDue adds to the due index every author who holds posts in
