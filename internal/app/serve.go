@@ -27,6 +27,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 
 	a := newApp(cfg, clients, log)
 	defer a.Close()
@@ -64,8 +69,13 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 	n := max(cfg.FanoutWorkers, 1)
-	stop := startWorkers(cfg, newDB(cfg, redisClients{primary: clients.primary}, log, nil), n)
+	stop := startWorkers(cfg, newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil), n)
 	log.Info("fan-out workers running", "workers", n)
 	<-ctx.Done()
 	stop()

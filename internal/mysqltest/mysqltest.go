@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,6 +141,7 @@ func sharedServer(tb testing.TB) *server {
 // flush at each commit (a crash of the machine may lose what the tests
 // wrote, which they do not care about; a crash of a client loses nothing).
 func start() (*server, error) {
+	removeStaleDirs()
 	// Unix socket paths are limited to about 100 bytes, and t.TempDir can
 	// be longer than that, so the server lives in a short directory.
 	dir, err := os.MkdirTemp("", "mysqltest")
@@ -197,6 +199,27 @@ func start() (*server, error) {
 			return nil, fmt.Errorf("mariadbd did not answer: %v\n%s", err, lastLines(string(log), 20))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeStaleDirs removes the directories of servers whose test binary
+// died without removing them (the kernel killed their mariadbd with it, see
+// spawn): those whose server's pid is gone, or, for a directory with no
+// pid yet, left for an hour.
+func removeStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "mysqltest*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "mysqld.pid"))
+		if err != nil {
+			if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				os.RemoveAll(dir)
+			}
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(dir)
+		}
 	}
 }
 

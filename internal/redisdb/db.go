@@ -38,6 +38,9 @@ const (
 	DefaultPostsInRedis = 1000
 	// DefaultMoveBatch is how many posts a move writes per statement.
 	DefaultMoveBatch = 1000
+	// DefaultMoveLease is how long a mover holds an author: far longer
+	// than a batch takes.
+	DefaultMoveLease = 5 * time.Minute
 )
 
 // Options tune a DB. The zero value of each field means its default.
@@ -123,6 +126,10 @@ type Options struct {
 	// MoveBatch is how many posts one move writes to the archive in one
 	// statement. Zero means DefaultMoveBatch.
 	MoveBatch int
+	// MoveLease is how long a mover holds an author before another may
+	// take them over, as from a mover that died. Zero means
+	// DefaultMoveLease.
+	MoveLease time.Duration
 	// Moved, if set, is told how many posts each move took out of Redis,
 	// for metrics.
 	Moved func(n int)
@@ -213,6 +220,9 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	}
 	if opts.MoveBatch <= 0 {
 		opts.MoveBatch = DefaultMoveBatch
+	}
+	if opts.MoveLease <= 0 {
+		opts.MoveLease = DefaultMoveLease
 	}
 	if opts.FollowerBuckets <= 0 {
 		opts.FollowerBuckets = DefaultFollowerBuckets

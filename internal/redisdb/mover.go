@@ -58,15 +58,11 @@ import (
 // once however often it is retried) and then its row; a process that dies
 // in between leaves the id for the mover, which the author is due for.
 
-const (
-	// moveLease is how long a mover holds an author, both in the due
-	// index and by the moving lock: far longer than a batch takes.
-	moveLease = 5 * time.Minute
-	// moveBatchesPerClaim bounds the work on one author per claim, so
-	// that one author with a long history does not hold a worker from
-	// fan-out jobs; past it the author is due again at once.
-	moveBatchesPerClaim = 10
-)
+// moveBatchesPerClaim bounds the work on one author per claim, so that one
+// author with a long history does not hold a worker from fan-out jobs;
+// past it the author is due again at once. A claim, like the moving lock,
+// lasts Options.MoveLease.
+const moveBatchesPerClaim = 10
 
 // claimDueScript leases the first due author of a shard to a mover.
 //
@@ -246,7 +242,7 @@ func (db *DB) moveDue(ctx context.Context, first int) (int, bool, error) {
 	for i := range shards {
 		shard := (first + i) % shards
 		now := db.opts.Now().UnixMilli()
-		lease := now + moveLease.Milliseconds()
+		lease := now + db.opts.MoveLease.Milliseconds()
 		authorID, err := claimDueScript.Run(ctx, db.client, []string{archiveDueKey(shard)}, now, lease).Text()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -304,7 +300,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	now := db.opts.Now()
 	batch := db.opts.MoveBatch
 	res, err := moveLockScript.Run(ctx, db.client, []string{postsKey(authorID), movingKey(authorID)},
-		token, moveLease.Milliseconds(), batch).Slice()
+		token, db.opts.MoveLease.Milliseconds(), batch).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("move posts of %s: lock: %w", authorID, err)
 	}
@@ -489,29 +485,34 @@ func (db *DB) archived(ctx context.Context, postID string) (bool, error) {
 	return found[postID] != nil, err
 }
 
-// ArchiveLag returns how long the author who has waited longest for the
-// mover has waited past their due time: zero when the movers keep up.
-func (db *DB) ArchiveLag(ctx context.Context) (time.Duration, error) {
+// ArchiveStats returns how many authors are due for a move now, and how
+// long the one due longest has waited past their time: zero when the
+// movers keep up. An author a mover holds is not due until its lease ends.
+func (db *DB) ArchiveStats(ctx context.Context) (int64, time.Duration, error) {
 	if db.opts.Archive == nil {
-		return 0, nil
+		return 0, 0, nil
 	}
 	shards := max(1, db.opts.FanOutShards)
+	now := db.opts.Now().UnixMilli()
+	nowArg := strconv.FormatInt(now, 10)
 	pipe := db.client.Pipeline()
+	due := make([]*redis.IntCmd, shards)
 	oldest := make([]*redis.ZSliceCmd, shards)
 	for i := range shards {
+		due[i] = pipe.ZCount(ctx, archiveDueKey(i), "-inf", nowArg)
 		oldest[i] = pipe.ZRangeWithScores(ctx, archiveDueKey(i), 0, 0)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, fmt.Errorf("archive lag: %w", err)
+		return 0, 0, fmt.Errorf("archive stats: %w", err)
 	}
-	now := db.opts.Now().UnixMilli()
-	var lag int64
-	for _, c := range oldest {
-		if z := c.Val(); len(z) == 1 {
+	var n, lag int64
+	for i := range shards {
+		n += due[i].Val()
+		if z := oldest[i].Val(); len(z) == 1 {
 			lag = max(lag, now-int64(z[0].Score))
 		}
 	}
-	return time.Duration(lag) * time.Millisecond, nil
+	return n, time.Duration(lag) * time.Millisecond, nil
 }
 
 // backfillArchiveDue adds to the due index every author who holds posts in
