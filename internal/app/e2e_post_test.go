@@ -153,19 +153,32 @@ func TestPageArgumentErrors(t *testing.T) {
 	}
 }
 
+// TestTimelineCaps: the home and global timelines keep their caps in
+// Redis. A home page goes on past the cap by pull, to the first post; the
+// global timeline ends at its cap without an archive (with one, see
+// TestReadsPastRedis).
 func TestTimelineCaps(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.HomeCap = 3; c.GlobalCap = 4 })
 	u := s.signup(t, "capped")
 	for i := range 6 {
 		s.post(t, u, fmt.Sprintf("p%d", i))
 	}
-	if got := s.home(t, u, 100).bodies(); !slices.Equal(got, []string{"p5", "p4", "p3"}) {
+	if got := s.home(t, u, 3).bodies(); !slices.Equal(got, []string{"p5", "p4", "p3"}) {
 		t.Fatalf("capped home = %q", got)
 	}
+	if got := s.home(t, u, 100).bodies(); !slices.Equal(got, []string{"p5", "p4", "p3", "p2", "p1", "p0"}) {
+		t.Fatalf("home read past its cap = %q", got)
+	}
 	var global struct{ GlobalTimeline timelinePage }
-	s.mustQuery(t, "", `{ globalTimeline(first: 100) { `+timelineFields+` } }`, nil, &global)
+	s.mustQuery(t, "", `{ globalTimeline(first: 4) { `+timelineFields+` } }`, nil, &global)
 	if got := global.GlobalTimeline.bodies(); !slices.Equal(got, []string{"p5", "p4", "p3", "p2"}) {
 		t.Fatalf("capped global = %q", got)
+	}
+	if !archiveEverywhere() {
+		s.mustQuery(t, "", `{ globalTimeline(first: 100) { `+timelineFields+` } }`, nil, &global)
+		if got := global.GlobalTimeline.bodies(); !slices.Equal(got, []string{"p5", "p4", "p3", "p2"}) || global.GlobalTimeline.PageInfo.HasNextPage {
+			t.Fatalf("global without an archive = %q, next %v; want it to end at its cap", got, global.GlobalTimeline.PageInfo.HasNextPage)
+		}
 	}
 	var profile struct{ User struct{ PostsCount int } }
 	s.mustQuery(t, "", `query($u: String!) { user(username: $u) { postsCount } }`, map[string]any{"u": u.Username}, &profile)

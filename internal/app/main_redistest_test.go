@@ -3,9 +3,11 @@ package app
 import (
 	"testing"
 
+	"github.com/warble/warble/internal/mysqltest"
 	"github.com/warble/warble/internal/redistest"
 )
 
 // TestMain stops the Redis Cluster that the tests share under
-// REDISTEST_CLUSTER=1 once they are done.
-func TestMain(m *testing.M) { redistest.Main(m) }
+// REDISTEST_CLUSTER=1, and the MariaDB server of the archive tests, once
+// they are done.
+func TestMain(m *testing.M) { redistest.Main(m, mysqltest.Stop) }
