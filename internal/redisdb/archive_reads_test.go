@@ -516,3 +516,58 @@ func TestFollowCopiesArchivedPosts(t *testing.T) {
 		t.Errorf("home after following bob = %v, want %v", got, want)
 	}
 }
+
+// TestPulledAccountArchived: the posts of an account that is pulled, not
+// pushed, are in its posts set alone; once the oldest move to the archive,
+// the home timelines of its followers still show them, merged in order,
+// one query per page. A resume from before what the posts set holds gets
+// a RESYNC (the replay does not read the archive), one after it a replay.
+func TestPulledAccountArchived(t *testing.T) {
+	db, arch := newArchivedDB(t, Options{PullThreshold: 1})
+	reader := mustSignup(t, db, "reader")
+	other := mustSignup(t, db, "other")
+	celeb := mustSignup(t, db, "celeb")
+	small := mustSignup(t, db, "small")
+	mustFollow(t, db, reader.ID, celeb.ID)
+	mustFollow(t, db, other.ID, celeb.ID)
+	mustFollow(t, db, reader.ID, small.ID)
+	var celebs []*warble.Post
+	var want []string
+	for i := range 8 {
+		p := mustCreatePost(t, db, celeb.ID, fmt.Sprint(i))
+		celebs = append(celebs, p)
+		want = append(want, p.ID)
+		if i%3 == 0 {
+			want = append(want, mustCreatePost(t, db, small.ID, fmt.Sprint(i)).ID)
+		}
+	}
+	if n := db.client.SCard(context.Background(), pullAuthorsKey).Val(); n != 1 {
+		t.Fatalf("%d accounts pulled, want the celebrity", n)
+	}
+	archivePosts(t, db, celebs[:5]...)
+	slices.Reverse(want)
+	feed := warble.HomeFeed(reader.ID)
+	for _, first := range []int{1, 2, 3, 100} {
+		before := arch.queries()
+		got := readTimeline(t, db, feed, first, nil)
+		if !slices.Equal(got, want) {
+			t.Fatalf("pages of %d read\n%v\nwant\n%v", first, got, want)
+		}
+		if first == 100 && arch.queries()-before != 1 {
+			t.Errorf("one page asked the archive %d times, want once", arch.queries()-before)
+		}
+	}
+
+	h := newTestHub(t, db)
+	after := warble.PostCursor(celebs[3].Seq)
+	if ev := nextEvent(t, mustSubscribe(t, h, feed, &after)); ev.Kind != warble.Resync {
+		t.Errorf("resume from before the posts set: %s, want RESYNC", ev.Kind)
+	}
+	after = warble.PostCursor(celebs[6].Seq)
+	events := mustSubscribe(t, h, feed, &after)
+	for _, id := range reversed(want[:slices.Index(want, celebs[6].ID)]) {
+		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || *ev.PostID != id {
+			t.Fatalf("resume from within the posts set: %s %v, want POST_ADDED of %s", ev.Kind, ev.PostID, id)
+		}
+	}
+}

@@ -138,7 +138,14 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 			if err != nil {
 				return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
 			}
-			cut = first > 0 && afterSeq < first
+			// Older posts of the pulled accounts may have moved to the
+			// archive, which a replay does not read: from before them,
+			// the client refetches.
+			floor, err := h.db.archivedFloor(ctx, sources)
+			if err != nil {
+				return nil, fmt.Errorf("replay %s: %w", ch.feed, err)
+			}
+			cut = first > 0 && afterSeq < first || afterSeq < floor
 			newest = max(newest, last)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +143,14 @@ func (db *DB) pulledAuthors(ctx context.Context) ([]string, error) {
 // its newest HomeCap entries, and so does the merge. Counting the entries
 // above the page bounds how deep the page is; only a page that may reach
 // past the cap pays for finding where the cap falls (cutMerged).
+//
+// A pulled author's posts are in their posts set alone, and with an
+// archive their older ones moved there: a page read also merges those, in
+// one archive query for the sources that have posts archived and whose
+// range came back short of the page (readers who follow no such account
+// never ask the archive). Reads in ascending order (the live hub's) are of
+// new posts, which are in Redis; a replay from an older cursor checks
+// archivedFloor.
 func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, args redis.ZRangeArgs) ([]feedEntry, error) {
 	capN := int64(db.opts.HomeCap)
 	keys := mergedKeys(userID, sources)
@@ -149,10 +158,15 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	if start, _ := args.Start.(string); args.Rev && start != "+inf" {
 		above = strings.TrimPrefix(start, "(") // entries at or above the page's upper bound
 	}
+	archive := db.opts.Archive
+	if !args.Rev {
+		archive = nil
+	}
 	pipe := db.client.Pipeline()
 	ranges := make([]*redis.ZSliceCmd, len(keys))
 	floors := make([]*redis.ZSliceCmd, len(keys))
 	counts := make([]*redis.IntCmd, len(keys))
+	archived := make([]*redis.StringCmd, len(keys))
 	for i, key := range keys {
 		args.Key = key
 		ranges[i] = pipe.ZRangeArgsWithScores(ctx, args)
@@ -160,9 +174,30 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 		if above != "" {
 			counts[i] = pipe.ZCount(ctx, key, above, "+inf")
 		}
+		if archive != nil && i > 0 {
+			archived[i] = pipe.HGet(ctx, userKey(sources[i-1]), archivedPostsField)
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
+	}
+	var older []feedEntry // the pulled sources' archived posts in the page
+	var short []string
+	for i := 1; archive != nil && i < len(keys); i++ {
+		if n, _ := archived[i].Int64(); n > 0 && int64(len(ranges[i].Val())) < args.Count {
+			short = append(short, sources[i-1])
+		}
+	}
+	if len(short) > 0 {
+		var before int64 // no bound on a first page
+		if above != "" {
+			before, _ = strconv.ParseInt(above, 10, 64)
+		}
+		posts, err := archive.PostsByAuthors(ctx, short, before, int(args.Count))
+		if err != nil {
+			return nil, fmt.Errorf("read archived posts of %d pulled accounts: %w", len(short), err)
+		}
+		older = postEntries(posts)
 	}
 	// A source's entries below its own cap-th newest are past the cap of
 	// the whole, which the source alone fills above them.
@@ -182,7 +217,7 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 			deep += counts[i].Val()
 		}
 	}
-	merged = mergeEntries(merged, args.Rev, int(args.Count))
+	merged = mergeEntries(append(older, merged...), args.Rev, int(args.Count))
 	if args.Rev && deep+int64(len(merged)) > capN {
 		cut, _, _, err := db.cutMerged(ctx, keys)
 		if err != nil {
@@ -195,6 +230,39 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 		merged = merged[:n]
 	}
 	return merged, nil
+}
+
+// archivedFloor returns the seq below which a merged home timeline's
+// sorted sets may lack posts of the pulled accounts in sources: the oldest
+// seq in the posts set of each that has posts archived (the highest of
+// them), or math.MaxInt64 if such a set is empty; 0 when none has any, or
+// without an archive. One round trip, none without an archive.
+func (db *DB) archivedFloor(ctx context.Context, sources []string) (int64, error) {
+	if db.opts.Archive == nil || len(sources) == 0 {
+		return 0, nil
+	}
+	pipe := db.client.Pipeline()
+	oldest := make([]*redis.ZSliceCmd, len(sources))
+	archived := make([]*redis.StringCmd, len(sources))
+	for i, a := range sources {
+		oldest[i] = pipe.ZRangeWithScores(ctx, postsKey(a), 0, 0)
+		archived[i] = pipe.HGet(ctx, userKey(a), archivedPostsField)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return 0, err
+	}
+	var floor int64
+	for i := range sources {
+		if n, _ := archived[i].Int64(); n <= 0 {
+			continue
+		}
+		if o := oldest[i].Val(); len(o) == 1 {
+			floor = max(floor, int64(o[0].Score))
+		} else {
+			floor = math.MaxInt64
+		}
+	}
+	return floor, nil
 }
 
 // mergedKeys returns the sorted sets that a merged home timeline reads.
