@@ -37,6 +37,9 @@
 //     set (one pipeline of bounded ranges) and the archive (one query by
 //     all of them), see pullHome. A home timeline short of its cap holds
 //     all of it and ends.
+//   - A pulled account's posts are in its posts set alone: a merged home
+//     page reads the archived ones of the pulled accounts whose set falls
+//     short of the page from the archive too (rangeMerged).
 //   - The global timeline at its cap goes on from the archive; nothing
 //     indexes the posts below its cap that are still in Redis, so those
 //     are not shown there, and without an archive it ends at its cap.
