@@ -178,4 +178,3 @@ func homePageRate(tb testing.TB, db *DB, ids []string, d time.Duration) float64 
 	wg.Wait()
 	return float64(pages.Load()) / d.Seconds()
 }
-
