@@ -375,10 +375,10 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 	var moved []string
 	for i, e := range entries {
 		switch {
+		case !isPostID(e.postID):
+			// A malformed id: neither read nor an author.
 		case e.post != nil:
 			found[i] = e.post
-		case cmds[i] == nil:
-			// A malformed id.
 		default:
 			vals := cmds[i].Val()
 			body, ok := vals[0].(string)
