@@ -59,11 +59,13 @@ import (
 // minutes) is far longer than a batch takes, and 3 refuses to run for a
 // mover that lost its lock.
 //
-// Deletes: deletePostScript, while a move holds the author's lock, adds
-// the id to the author's archiveGoneKey, since the mover may have read the
-// post before it was deleted and be writing its row; the mover deletes the
-// rows of those ids after 3 and then forgets them. DeletePost also deletes
-// the post's row itself, for the row of a mover that died between 2 and 3.
+// Deletes: deletePostScript, while a move of the author's posts has not
+// ended (the lock is held, or movingUpTo is there), adds the id to the
+// author's archiveGoneKey, since a mover may have read the post before it
+// was deleted and be writing its row, or have died after writing it; the
+// mover deletes the rows of those ids after 3 and only then forgets them
+// (forgetting sooner would let a live mover's late write stand).
+// DeletePost deletes such a post's row at once too, for readers.
 // A post already archived is deleted by deleteArchivedScript (off the
 // author's timelines, its id into archiveGoneKey, the count down by one,
 // once however often it is retried) and then its row; a process that dies

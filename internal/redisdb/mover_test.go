@@ -472,3 +472,47 @@ func TestMoverDiedThenDeletesKeptItsPosts(t *testing.T) {
 		t.Error("movingUpTo is left after a move that ended")
 	}
 }
+
+// A mover that died after writing its rows, then a delete of one of them,
+// after the mover's lock ran out, by a process that died after its Redis
+// step: the next mover deletes the row.
+func TestMoverDiedThenADeleteDied(t *testing.T) {
+	db, store := newArchiveTestDB(t, Options{PostsInRedis: 1, MoveBatch: 10})
+	ctx := context.Background()
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 3 {
+		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
+	}
+	db.moveHook = func(s string) {
+		if s == "saved" {
+			panic("killed")
+		}
+	}
+	func() {
+		defer func() { recover() }()
+		db.moveDue(ctx, 0)
+	}()
+	db.moveHook = nil
+	db.client.Del(ctx, movingKey(ada.ID))
+	victim := posts[0]
+	_, seq, _ := splitPostID(victim.ID)
+	n, err := db.pub(deletePostScript).Run(ctx, db.client,
+		[]string{postKey(ada.ID, seq), postsKey(ada.ID), homeKey(ada.ID), outboxKey(ada.ID),
+			movingKey(ada.ID), archiveGoneKey(ada.ID), userKey(ada.ID)},
+		victim.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(victim.Seq, victim.ID), "", msString(db.now())).Int64()
+	if err != nil || n != 2 {
+		t.Fatalf("deletePostScript = %d, %v; want 2 (deleted, and noted for the movers)", n, err)
+	}
+	db.client.ZAdd(ctx, archiveDueKey(db.fanOutShard(ada.ID)), redis.Z{Score: float64(db.now().UnixMilli()), Member: ada.ID})
+	drainMoves(t, db)
+	if got, want := archivedIDs(t, store), []string{posts[1].ID}; !slices.Equal(got, want) {
+		t.Errorf("archive holds %v, want %v", got, want)
+	}
+	if n := postsCount(t, db, ada.ID); n != 2 {
+		t.Errorf("postsCount = %d, want 2", n)
+	}
+	if n := db.client.Exists(ctx, archiveGoneKey(ada.ID)).Val(); n != 0 {
+		t.Error("the gone set is left")
+	}
+}
