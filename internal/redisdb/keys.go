@@ -209,6 +209,10 @@ func archiveGoneKey(userID string) string { return userKey(userID) + ":archive:g
 // set plus this, stays exact as posts move.
 const archivedPostsField = "archivedPosts"
 
+// The mover also keeps movingUpTo in a user's hash while a move of their
+// posts has not ended: the highest seq it may have written to the archive
+// (see mover.go).
+
 // homeChannel carries the events of one user's home timeline, with the
 // user's hash tag, so that on a cluster it is a shard channel of the home
 // timeline's slot: w:ch:{<id>}:home.

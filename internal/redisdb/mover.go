@@ -42,17 +42,30 @@ import (
 //     the same step, so postsCount (posts set plus that count) never
 //     changes.
 //
-// A death before 3 leaves every post in Redis (and perhaps a row too,
-// which the next move of the author rewrites: the author is still due,
-// their lease runs out, another mover takes them); a death after 3 leaves
-// each post in the archive alone. A reader finds a post throughout: in
-// Redis until 3, in the archive from 2 on.
+// A death after 3 leaves each post in the archive alone. A death before 3
+// leaves every post in Redis, and perhaps a row too. The author is still
+// in the due index (with the dead mover's lease, which runs out), so
+// another mover takes them, and that one knows how far the dead one may
+// have written: step 1 records, in the author's hash (movingUpTo), the
+// highest seq a move may write, and only a move that ends clears it. The
+// next mover rewrites the rows of the posts it moves, and deletes the rows
+// of the posts up to that seq that it keeps in Redis (deletes of older
+// posts since may have made them not due any more): every post in Redis
+// up to that seq is among the oldest it reads. A reader finds a post
+// throughout: in Redis until 3, in the archive from 2 on. What this does
+// not cover is a mover that stalls, alive, for longer than its lease
+// between 1 and 3 while another takes the author over and ends: its late
+// rows may then outlive a delete. The lease (Options.MoveLease, five
+// minutes) is far longer than a batch takes, and 3 refuses to run for a
+// mover that lost its lock.
 //
-// Deletes: deletePostScript, while a move holds the author's lock, adds
-// the id to the author's archiveGoneKey, since the mover may have read the
-// post before it was deleted and be writing its row; the mover deletes the
-// rows of those ids after 3 and then forgets them. DeletePost also deletes
-// the post's row itself, for the row of a mover that died between 2 and 3.
+// Deletes: deletePostScript, while a move of the author's posts has not
+// ended (the lock is held, or movingUpTo is there), adds the id to the
+// author's archiveGoneKey, since a mover may have read the post before it
+// was deleted and be writing its row, or have died after writing it; the
+// mover deletes the rows of those ids after 3 and only then forgets them
+// (forgetting sooner would let a live mover's late write stand).
+// DeletePost deletes such a post's row at once too, for readers.
 // A post already archived is deleted by deleteArchivedScript (off the
 // author's timelines, its id into archiveGoneKey, the count down by one,
 // once however often it is retried) and then its row; a process that dies
@@ -103,28 +116,43 @@ end
 return 1
 `)
 
-// moveLockScript takes an author's moving lock and reads the ids of their
-// oldest posts.
+// moveLockScript takes an author's moving lock, reads the ids of their
+// oldest posts, and records the highest seq among them in movingUpTo (or
+// keeps a higher one left by a move that did not end).
 //
 // KEYS[1] -> w:u:{<author>}:posts
 // KEYS[2] -> w:u:{<author>}:moving
+// KEYS[3] -> w:u:{<author>}     (the user hash)
 // ARGV[1] -> the mover's token
 // ARGV[2] -> the lock's lease, ms
 // ARGV[3] -> how many ids to read
 //
-// Returns {posts in Redis, {ids, oldest first}}, or {-1, lease left in ms}
-// if another mover holds the lock.
+// Returns {posts in Redis, {ids, oldest first}, the movingUpTo a move that
+// did not end left, or "0"}, or {-1, lease left in ms} if another mover
+// holds the lock.
 var moveLockScript = redis.NewScript(`
 if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return {-1, redis.call('PTTL', KEYS[2])}
 end
-return {redis.call('ZCARD', KEYS[1]), redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)}
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[3]) - 1)
+local left = redis.call('HGET', KEYS[3], 'movingUpTo')
+local high = left
+if #ids > 0 then
+	local last = string.match(ids[#ids], ':(%d+)$')
+	if last and (not high or tonumber(last) > tonumber(high)) then
+		high = last
+	end
+end
+if high then
+	redis.call('HSET', KEYS[3], 'movingUpTo', high)
+end
+return {redis.call('ZCARD', KEYS[1]), ids, left or '0'}
 `)
 
 // moveScript removes from Redis the posts a mover has written to the
 // archive, those still there as they were read, and counts them as
-// archived. If no deleted post awaits the mover (archiveGoneKey), it also
-// lets the author go.
+// archived. If no deleted post awaits the mover (archiveGoneKey), the move
+// ends: it clears movingUpTo and lets the author go.
 //
 // KEYS[1] -> w:u:{<author>}:posts
 // KEYS[2] -> w:u:{<author>}:     (the user hash)
@@ -154,25 +182,35 @@ if moved > 0 then
 end
 local gone = redis.call('SMEMBERS', KEYS[4])
 if #gone == 0 then
+	redis.call('HDEL', KEYS[2], 'movingUpTo')
 	redis.call('DEL', KEYS[3])
 end
 return {moved, gone}
 `)
 
 // forgetGoneScript forgets deleted posts whose rows the archive no longer
-// holds, and lets the author go if the mover still holds them.
+// holds, and, for a move that ends, clears movingUpTo and lets the author
+// go if the mover still holds them.
 //
 // KEYS[1] -> w:u:{<author>}:archive:gone
 // KEYS[2] -> w:u:{<author>}:moving
+// KEYS[3] -> w:u:{<author>}     (the user hash)
 // ARGV[1] -> the mover's token, or "" for none
-// ARGV[2...] -> post ids
+// ARGV[2] -> "end" if the move ends, "" if it failed (its rows may be
+//
+//	written; movingUpTo stays for the next mover)
+//
+// ARGV[3...] -> post ids
 //
 // Returns 1.
 var forgetGoneScript = redis.NewScript(`
-for i = 2, #ARGV do
+for i = 3, #ARGV do
 	redis.call('SREM', KEYS[1], ARGV[i])
 end
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) == ARGV[1] then
+	if ARGV[2] == 'end' then
+		redis.call('HDEL', KEYS[3], 'movingUpTo')
+	end
 	redis.call('DEL', KEYS[2])
 end
 return 1
@@ -299,7 +337,7 @@ type moveResult struct {
 func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult, error) {
 	now := db.opts.Now()
 	batch := db.opts.MoveBatch
-	res, err := moveLockScript.Run(ctx, db.client, []string{postsKey(authorID), movingKey(authorID)},
+	res, err := moveLockScript.Run(ctx, db.client, []string{postsKey(authorID), movingKey(authorID), userKey(authorID)},
 		token, db.opts.MoveLease.Milliseconds(), batch).Slice()
 	if err != nil {
 		return moveResult{}, fmt.Errorf("move posts of %s: lock: %w", authorID, err)
@@ -310,6 +348,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 		return moveResult{nextDue: now.UnixMilli() + max(left, 1000)}, nil
 	}
 	ids := toStrings(res[1])
+	left, _ := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64) // how far a dead mover may have written
 
 	// The posts, read after the lock: a delete from now on leaves its id
 	// for this mover.
@@ -335,7 +374,8 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	}
 	var posts []*warble.Post
 	var createdAts []string
-	var keptAt int64 // createdAt of the oldest post kept, unix ms; 0 if none
+	var keptAt int64     // createdAt of the oldest post kept, unix ms; 0 if none
+	var orphans []string // posts kept in Redis that a dead mover may have written
 	for i, id := range ids {
 		if fields[i] == nil {
 			continue
@@ -347,15 +387,29 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 			continue // deleted since its id was read
 		}
 		ms, _ := strconv.ParseInt(at, 10, 64)
-		if i >= over && ms >= cutoff {
-			keptAt = ms
-			break
-		}
 		seq, _ := postSeq(id)
+		if keptAt > 0 || i >= over && ms >= cutoff {
+			if keptAt == 0 {
+				keptAt = ms
+			}
+			if seq > left {
+				break
+			}
+			orphans = append(orphans, id)
+			continue
+		}
 		posts = append(posts, &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: time.UnixMilli(ms).UTC(), Seq: seq})
 		createdAts = append(createdAts, at)
 	}
 	db.moveStage("read")
+
+	if len(orphans) > 0 {
+		// They stay in Redis, so a row of theirs is one too many.
+		if err := db.opts.Archive.DeletePosts(ctx, orphans); err != nil {
+			db.unlockMove(ctx, authorID, token)
+			return moveResult{}, fmt.Errorf("move posts of %s: delete the rows a dead mover left: %w", authorID, err)
+		}
+	}
 
 	if len(posts) > 0 {
 		if err := db.opts.Archive.SavePosts(ctx, posts); err != nil {
@@ -413,11 +467,15 @@ func (db *DB) forgetGone(ctx context.Context, authorID, token string, ids []stri
 		db.unlockMove(ctx, authorID, token)
 		return fmt.Errorf("delete the archived rows of %d deleted posts of %s: %w", len(ids), authorID, err)
 	}
-	args := []any{token}
+	end := ""
+	if token != "" {
+		end = "end"
+	}
+	args := []any{token, end}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	if err := forgetGoneScript.Run(ctx, db.client, []string{archiveGoneKey(authorID), movingKey(authorID)}, args...).Err(); err != nil {
+	if err := forgetGoneScript.Run(ctx, db.client, []string{archiveGoneKey(authorID), movingKey(authorID), userKey(authorID)}, args...).Err(); err != nil {
 		return fmt.Errorf("forget %d deleted posts of %s: %w", len(ids), authorID, err)
 	}
 	return nil
@@ -427,7 +485,7 @@ func (db *DB) forgetGone(ctx context.Context, authorID, token string, ids []stri
 // mover need not wait for the lock's lease. Should this fail too, the
 // lease ends it.
 func (db *DB) unlockMove(ctx context.Context, authorID, token string) {
-	forgetGoneScript.Run(context.WithoutCancel(ctx), db.client, []string{archiveGoneKey(authorID), movingKey(authorID)}, token)
+	forgetGoneScript.Run(context.WithoutCancel(ctx), db.client, []string{archiveGoneKey(authorID), movingKey(authorID), userKey(authorID)}, token, "")
 }
 
 // moveStage calls the test hook between the steps of a move.

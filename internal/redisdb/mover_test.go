@@ -422,3 +422,97 @@ func TestMoverBackfillsTheDueIndex(t *testing.T) {
 		t.Errorf("archive holds %v after the backfill, want ada's 3 oldest", got)
 	}
 }
+
+// A mover that died after writing its rows, and then deletes that leave
+// some of the posts it wrote among the newest, kept in Redis: the next
+// mover deletes the rows of those, so that each post is in one place.
+func TestMoverDiedThenDeletesKeptItsPosts(t *testing.T) {
+	db, store := newArchiveTestDB(t, Options{PostsInRedis: 3, MoveBatch: 10})
+	ctx := context.Background()
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 8 {
+		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
+	}
+	db.moveHook = func(s string) {
+		if s == "saved" {
+			panic("killed")
+		}
+	}
+	func() {
+		defer func() { recover() }()
+		db.moveDue(ctx, 0)
+	}()
+	db.moveHook = nil
+	if got := archivedIDs(t, store); len(got) != 5 {
+		t.Fatalf("archive holds %v after the dead move, want its 5 rows", got)
+	}
+	// The lock's lease runs out; then posts 5 and 6, which it did not
+	// write, are deleted: of the five it wrote, 3 and 4 are now among the
+	// newest three, with 7, and stay in Redis.
+	db.client.Del(ctx, movingKey(ada.ID))
+	for _, p := range posts[5:7] {
+		if err := NewPostService(db).DeletePost(ctx, ada.ID, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.client.ZAdd(ctx, archiveDueKey(db.fanOutShard(ada.ID)), redis.Z{Score: float64(db.now().UnixMilli()), Member: ada.ID})
+	drainMoves(t, db)
+	inRedis, inArchive := redisPostIDs(t, db, ada.ID), archivedIDs(t, store)
+	if want := []string{posts[3].ID, posts[4].ID, posts[7].ID}; !slices.Equal(inRedis, want) {
+		t.Errorf("Redis holds %v, want %v", inRedis, want)
+	}
+	if want := idsOf(posts[:3]); !slices.Equal(inArchive, want) {
+		t.Errorf("archive holds %v, want %v", inArchive, want)
+	}
+	if n := postsCount(t, db, ada.ID); n != 6 {
+		t.Errorf("postsCount = %d, want 6", n)
+	}
+	if v := db.client.HExists(ctx, userKey(ada.ID), "movingUpTo").Val(); v {
+		t.Error("movingUpTo is left after a move that ended")
+	}
+}
+
+// A mover that died after writing its rows, then a delete of one of them,
+// after the mover's lock ran out, by a process that died after its Redis
+// step: the next mover deletes the row.
+func TestMoverDiedThenADeleteDied(t *testing.T) {
+	db, store := newArchiveTestDB(t, Options{PostsInRedis: 1, MoveBatch: 10})
+	ctx := context.Background()
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 3 {
+		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
+	}
+	db.moveHook = func(s string) {
+		if s == "saved" {
+			panic("killed")
+		}
+	}
+	func() {
+		defer func() { recover() }()
+		db.moveDue(ctx, 0)
+	}()
+	db.moveHook = nil
+	db.client.Del(ctx, movingKey(ada.ID))
+	victim := posts[0]
+	_, seq, _ := splitPostID(victim.ID)
+	n, err := db.pub(deletePostScript).Run(ctx, db.client,
+		[]string{postKey(ada.ID, seq), postsKey(ada.ID), homeKey(ada.ID), outboxKey(ada.ID),
+			movingKey(ada.ID), archiveGoneKey(ada.ID), userKey(ada.ID)},
+		victim.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(victim.Seq, victim.ID), "", msString(db.now())).Int64()
+	if err != nil || n != 2 {
+		t.Fatalf("deletePostScript = %d, %v; want 2 (deleted, and noted for the movers)", n, err)
+	}
+	db.client.ZAdd(ctx, archiveDueKey(db.fanOutShard(ada.ID)), redis.Z{Score: float64(db.now().UnixMilli()), Member: ada.ID})
+	drainMoves(t, db)
+	if got, want := archivedIDs(t, store), []string{posts[1].ID}; !slices.Equal(got, want) {
+		t.Errorf("archive holds %v, want %v", got, want)
+	}
+	if n := postsCount(t, db, ada.ID); n != 2 {
+		t.Errorf("postsCount = %d, want 2", n)
+	}
+	if n := db.client.Exists(ctx, archiveGoneKey(ada.ID)).Val(); n != 0 {
+		t.Error("the gone set is left")
+	}
+}

@@ -68,9 +68,10 @@ return redis.call('ZCARD', KEYS[2])
 // changes nothing.
 //
 // With a fan-out job to queue (ARGV[5]), it records the job in the author's
-// outbox, as createPostScript does. While a mover holds the author's posts
-// (KEYS[5]), it notes the id for the mover, which may be writing the post
-// to the archive (see mover.go).
+// outbox, as createPostScript does. While a move of the author's posts has
+// not ended (it holds KEYS[5], or a mover that died left movingUpTo in
+// KEYS[7]), it notes the id for the movers, since one may have written
+// the post to the archive (see mover.go).
 //
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
@@ -78,6 +79,7 @@ return redis.call('ZCARD', KEYS[2])
 // KEYS[4] -> w:u:{<author>}:outbox
 // KEYS[5] -> w:u:{<author>}:moving
 // KEYS[6] -> w:u:{<author>}:archive:gone
+// KEYS[7] -> w:u:{<author>}     (the user hash)
 // ARGV[1] -> post id
 // ARGV[2] -> the author's user channel
 // ARGV[3] -> the author's home channel
@@ -85,13 +87,15 @@ return redis.call('ZCARD', KEYS[2])
 // ARGV[5] -> the outbox entry of the fan-out job, or "" for none
 // ARGV[6] -> now, unix ms
 //
-// Returns 1 if the post was deleted, 0 if there was no such post.
+// Returns 1 if the post was deleted, 2 if it was and its id was noted for
+// the movers, 0 if there was no such post.
 var deletePostScript = newPubScript(`
 if redis.call('DEL', KEYS[1]) == 0 then
 	return 0
 end
-if redis.call('EXISTS', KEYS[5]) == 1 then
-	redis.call('SADD', KEYS[6], ARGV[1])
+local noted = 0
+if redis.call('EXISTS', KEYS[5]) == 1 or redis.call('HEXISTS', KEYS[7], 'movingUpTo') == 1 then
+	noted = redis.call('SADD', KEYS[6], ARGV[1])
 end
 if ARGV[5] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5])
@@ -101,7 +105,7 @@ redis.call('PUBLISH', ARGV[2], ARGV[4])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
 	redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
-return 1
+return 1 + noted
 `)
 
 // CreatePost implements warble.PostService. The author's own timelines get
@@ -258,7 +262,7 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	}
 	n, err := s.db.pub(deletePostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID),
-			movingKey(authorID), archiveGoneKey(authorID)},
+			movingKey(authorID), archiveGoneKey(authorID), userKey(authorID)},
 		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now())).Int64()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
@@ -268,11 +272,13 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	}
 
 	ctx = context.WithoutCancel(ctx)
-	if s.db.opts.Archive != nil {
-		// A mover that died after writing the post's row and before
-		// taking it out of Redis left that row (see mover.go).
+	if n == 2 {
+		// A move may have written the post's row. The mover deletes it,
+		// and forgets the id, once its own writes are done; this deletes
+		// it now for readers, and covers a mover that stalled past its
+		// lease (see mover.go).
 		if err := s.db.opts.Archive.DeletePosts(ctx, []string{postID}); err != nil {
-			s.db.log.ErrorContext(ctx, "delete post from the archive", "post", postID, "err", err)
+			s.db.log.WarnContext(ctx, "delete post from the archive; a mover will", "post", postID, "err", err)
 		}
 	}
 	s.afterDelete(ctx, authorID, seq, postID)
