@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/warble/warble/internal/archive"
 	"github.com/warble/warble/internal/mysqltest"
@@ -569,5 +570,34 @@ func TestPulledAccountArchived(t *testing.T) {
 		if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || *ev.PostID != id {
 			t.Fatalf("resume from within the posts set: %s %v, want POST_ADDED of %s", ev.Kind, ev.PostID, id)
 		}
+	}
+}
+
+// TestRebuildReadsArchive: the home timeline of a user back from a long
+// absence is rebuilt with the posts fan-out skipped meanwhile, those that
+// moved to the archive since too.
+func TestRebuildReadsArchive(t *testing.T) {
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db, _ := newArchivedDB(t, Options{Now: clock.Now, InactiveAfter: 7 * 24 * time.Hour})
+	ctx := context.Background()
+	author := mustSignup(t, db, "author")
+	away := mustSignup(t, db, "away")
+	mustFollow(t, db, away.ID, author.ID)
+	want := []string{mustCreatePost(t, db, author.ID, "while away reads").ID}
+	clock.Add(8 * 24 * time.Hour)
+	var missed []*warble.Post
+	for i := range 4 {
+		missed = append(missed, mustCreatePost(t, db, author.ID, fmt.Sprint("missed ", i)))
+	}
+	if n := holding(t, db, []string{away.ID}, missed[3].ID); n != 0 {
+		t.Fatal("fan-out delivered to a follower away for 8 days")
+	}
+	archivePosts(t, db, missed[:2]...)
+	if _, err := NewAuthService(db).Login(ctx, warble.LoginInput{Username: "away", Password: "password123"}); err != nil {
+		t.Fatal(err)
+	}
+	want = reversed(append(want, idsOf(missed)...))
+	if got := readTimeline(t, db, warble.HomeFeed(away.ID), 10, nil); !slices.Equal(got, want) {
+		t.Errorf("home after coming back = %v, want %v", got, want)
 	}
 }

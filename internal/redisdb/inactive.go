@@ -159,7 +159,11 @@ func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) erro
 	for _, c := range cmds {
 		entries = append(entries, feedEntries(c.Val())...)
 	}
-	entries = mergeEntries(entries, true, int(capN))
+	archived, err := db.archivedNewerThan(ctx, following, cmds, newest, int(capN))
+	if err != nil {
+		return fmt.Errorf("rebuild home of %s: %w", userID, err)
+	}
+	entries = mergeEntries(append(archived, entries...), true, int(capN))
 	if len(entries) == 0 {
 		return nil
 	}

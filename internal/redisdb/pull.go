@@ -458,3 +458,54 @@ func (db *DB) pullHome(ctx context.Context, authorIDs []string, below int64, lim
 	}
 	return mergeEntries(entries, true, limit), nil
 }
+
+// archivedNewerThan returns, as entries newest first, up to limit archived
+// posts of authorIDs newer than after (any, when after <= 0), for a read
+// that took each author's newest limit posts above after from their posts
+// set (ranges, in the order of authorIDs): the posts that moved while a
+// returning user was away belong in their rebuilt home timeline. Only the
+// authors with posts archived whose range came back short are asked, in
+// one query after one round trip for their counts; nothing without an
+// archive.
+func (db *DB) archivedNewerThan(ctx context.Context, authorIDs []string, ranges []*redis.ZSliceCmd, after int64, limit int) ([]feedEntry, error) {
+	archive := db.opts.Archive
+	if archive == nil {
+		return nil, nil
+	}
+	pipe := db.client.Pipeline()
+	counts := make([]*redis.StringCmd, len(authorIDs))
+	for i, a := range authorIDs {
+		if len(ranges[i].Val()) < limit {
+			counts[i] = pipe.HGet(ctx, userKey(a), archivedPostsField)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	var needed []string
+	for i, a := range authorIDs {
+		if counts[i] == nil {
+			continue
+		}
+		if n, _ := counts[i].Int64(); n > 0 {
+			needed = append(needed, a)
+		}
+	}
+	if len(needed) == 0 {
+		return nil, nil
+	}
+	posts, err := archive.PostsByAuthors(ctx, needed, 0, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read archived posts of %d accounts: %w", len(needed), err)
+	}
+	var entries []feedEntry
+	for _, e := range postEntries(posts) {
+		if e.seq > after {
+			entries = append(entries, e)
+		}
+	}
+	return entries, nil
+}
