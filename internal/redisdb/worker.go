@@ -354,9 +354,7 @@ func (j *jobWatch) watch(ctx context.Context, db *DB, client redis.UniversalClie
 func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient, func()) {
 	switch c := c.(type) {
 	case *redis.Client:
-		opts := *c.Options()
-		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = conns, 0, conns
-		d := redis.NewClient(&opts)
+		d := redis.NewClient(serverOptions(c.Options(), conns))
 		return d, func() { d.Close() }
 	case *redis.ClusterClient:
 		// Its pool per node grows to the blocked reads on that node.
@@ -366,6 +364,39 @@ func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient,
 		return d, func() { d.Close() }
 	}
 	return c, func() {}
+}
+
+// serverOptions returns options for a client of the server that o's client
+// talks to, with the same connection settings and room for conns
+// connections. It copies the settings one by one rather than the whole
+// struct: go-redis writes some of its client's options while it runs (the
+// maintenance notifications' mode, when its first connection finds that
+// the server has none), and a copy of the whole would read them
+// unsynchronized.
+func serverOptions(o *redis.Options, conns int) *redis.Options {
+	return &redis.Options{
+		Network:                    o.Network,
+		Addr:                       o.Addr,
+		Dialer:                     o.Dialer,
+		Protocol:                   o.Protocol,
+		Username:                   o.Username,
+		Password:                   o.Password,
+		CredentialsProvider:        o.CredentialsProvider,
+		CredentialsProviderContext: o.CredentialsProviderContext,
+		DB:                         o.DB,
+		ClientName:                 o.ClientName,
+		TLSConfig:                  o.TLSConfig,
+		DialTimeout:                o.DialTimeout,
+		DialerRetries:              o.DialerRetries,
+		ReadTimeout:                o.ReadTimeout,
+		WriteTimeout:               o.WriteTimeout,
+		PoolTimeout:                o.PoolTimeout,
+		MaxRetries:                 o.MaxRetries,
+		MinRetryBackoff:            o.MinRetryBackoff,
+		MaxRetryBackoff:            o.MaxRetryBackoff,
+		PoolSize:                   conns,
+		MaxIdleConns:               conns,
+	}
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.
