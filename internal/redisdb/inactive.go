@@ -116,15 +116,16 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 // ARGV[3..] -> post seq, post id, author id, …
 //
 // Returns how many posts were added.
-var rebuildScript = newPubScript(`
-local added = 0
+var rebuildScript = newPubScript(addCappedLua + `
+local entries = {}
 for i = 3, #ARGV, 3 do
 	if redis.call('ZSCORE', KEYS[2], ARGV[i + 2]) then
-		added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+		entries[#entries + 1] = ARGV[i]
+		entries[#entries + 1] = ARGV[i + 1]
 	end
 end
+local added = addAllCapped(KEYS[1], tonumber(ARGV[1]), entries)
 if added > 0 then
-	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	redis.call('PUBLISH', ARGV[2], 'S ' .. (top[2] or '0'))
 end
