@@ -211,6 +211,9 @@ type Layout struct{}
 // Keys is the data layout, for programs outside this package.
 var Keys Layout
 
+// PostSeq is the counter of post seqs.
+func (Layout) PostSeq() string { return postSeqKey }
+
 // UserSeq is the counter of user ids.
 func (Layout) UserSeq() string { return userSeqKey }
 
@@ -246,6 +249,12 @@ func (Layout) Following(userID string) string { return followingKey(userID) }
 
 // Seen holds when a user was last seen.
 func (Layout) Seen(userID string) string { return seenKey(userID) }
+
+// SeenIndex is the seen index that holds a user, among shards fan-out
+// shards (see Options.FanOutShards).
+func (Layout) SeenIndex(userID string, shards int) string {
+	return seenIndexKey(shardOf(userID, shards))
+}
 
 // Post is a post's hash.
 func (Layout) Post(authorID, seq string) string { return postKey(authorID, seq) }
