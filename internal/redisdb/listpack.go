@@ -231,13 +231,16 @@ func skiplistKB(entries int64) int64 { return (entries*1025 + 5000) / 10000 }
 // that it did not hold before.
 const addCappedLua = `
 local function addCapped(key, cap, score, member)
-	if redis.call('ZSCORE', key, member) then
-		return 0
-	end
 	local n = redis.call('ZCARD', key)
 	if n >= cap then
 		local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
 		if tonumber(score) < tonumber(oldest[2]) then
+			return 0
+		end
+		-- Newer than the newest entry, the usual case, it cannot be in
+		-- the set: no lookup, which walks a listpack.
+		local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+		if tonumber(score) <= tonumber(newest[2]) and redis.call('ZSCORE', key, member) then
 			return 0
 		end
 		redis.call('ZREMRANGEBYRANK', key, 0, n - cap)
