@@ -19,14 +19,14 @@ import (
 // per entry) once it holds more than zset-max-listpack-entries entries or
 // a member longer than zset-max-listpack-value bytes. A skiplist never
 // converts back, however small it gets again. Measured on Redis 7.0, a
-// home timeline of 1,000 entries takes about 102 KB as a skiplist and
-// 24.6 KB as a listpack; the default limit is 128, so every full home
-// timeline is a skiplist unless the operator raises it.
+// home timeline of 1,000 post ids of 18 bytes grows used_memory by 126 KB
+// as a skiplist and by 29 KB as a listpack; the default limit is 128, so
+// every full home timeline is a skiplist unless the operator raises it.
 //
 // The price is time: a listpack is searched and written by walking it, so
 // an insertion, a lookup by member or a trim of its head costs O(n) where a
-// skiplist costs O(log n). For a home timeline that is a few microseconds
-// per delivery (BENCHMARKS.md has the fan-out speed with each encoding).
+// skiplist costs O(log n). For a full home timeline that is about 16 µs
+// more of Redis per delivery, twice the time (BENCHMARKS.md).
 //
 // The scripts that write a home timeline keep it at its cap at every
 // moment (they trim before they add, see addCappedLua), so a limit equal
@@ -184,7 +184,7 @@ func (db *DB) logListpackCheck(ctx context.Context, check ListpackCheck, set boo
 		db.log.WarnContext(ctx, fmt.Sprintf("home timelines take about 4 times the memory they need: "+
 			"this Redis keeps a sorted set of more than its %s entries as a skiplist, and a full home timeline holds %d (HOME_TIMELINE_CAP). "+
 			"Set %s in redis.conf (CONFIG SET for the running server, every master and replica), or let Warble do it at start with REDIS_SET_LISTPACK=true. "+
-			"A home timeline of %d posts then takes about %d KB instead of %d KB; each delivery to it costs a few microseconds more (see the README, Compact timelines)",
+			"A home timeline of %d posts then takes about %d KB instead of %d KB; each delivery to a full one costs about twice the Redis time (see the README, Compact timelines)",
 			listpackEntriesConfig, check.WantEntries, want, check.WantEntries, listpackKB(check.WantEntries), skiplistKB(check.WantEntries)),
 			"servers", strings.Join(short, ", "))
 	}
@@ -207,10 +207,11 @@ func (db *DB) logListpackCheck(ctx context.Context, check ListpackCheck, set boo
 	}
 }
 
-// Bytes per entry of a home timeline in each encoding, from MEMORY USAGE of
-// 1,000-entry timelines of Warble's post ids on Redis 7.0 (BENCHMARKS.md).
-func listpackKB(entries int64) int64 { return (entries*246 + 5000) / 10000 }
-func skiplistKB(entries int64) int64 { return (entries*1025 + 5000) / 10000 }
+// What a home timeline of that many entries takes in each encoding, in KB:
+// used_memory per entry of 1,000-entry timelines of 18-byte post ids on
+// Redis 7.0, 28.8 and 126.3 bytes (BENCHMARKS.md).
+func listpackKB(entries int64) int64 { return (entries*288 + 5000) / 10000 }
+func skiplistKB(entries int64) int64 { return (entries*1263 + 5000) / 10000 }
 
 // addCappedLua defines two Lua functions for the scripts that write a home
 // timeline. Both add to a sorted set capped at cap entries without making
