@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +26,11 @@ func TestStartChecksListpackLimits(t *testing.T) {
 	client := srv.Client(t)
 	entries := func() []string {
 		var got []string
+		var mu sync.Mutex // the servers of a cluster answer at once
 		each := func(ctx context.Context, n *redis.Client) error {
 			v, err := n.ConfigGet(ctx, "zset-max-listpack-entries").Result()
+			mu.Lock()
+			defer mu.Unlock()
 			got = append(got, v["zset-max-listpack-entries"])
 			return err
 		}

@@ -89,13 +89,14 @@ func (c ListpackCheck) Short() bool {
 // server is short, and that it could not check where a server refuses
 // CONFIG, as managed Redis services may; neither stops Warble.
 func (db *DB) CheckListpack(ctx context.Context, set bool) ListpackCheck {
-	check := ListpackCheck{WantEntries: int64(db.opts.HomeCap), WantValue: int64(maxTimelineMember)}
-	var mu sync.Mutex
+	wantEntries, wantValue := int64(db.opts.HomeCap), int64(maxTimelineMember)
+	check := ListpackCheck{WantEntries: wantEntries, WantValue: wantValue}
+	var mu sync.Mutex // guards check.Nodes, which the servers' goroutines fill
 	inspect := func(ctx context.Context, node *redis.Client) error {
 		n := ListpackNode{Addr: node.Options().Addr}
 		n.Entries, n.Value, n.Err = listpackLimits(ctx, node)
-		if n.Err == nil && set && (n.Entries < check.WantEntries || n.Value < check.WantValue) {
-			n.Err = raiseListpackLimits(ctx, node, n, check)
+		if n.Err == nil && set && (n.Entries < wantEntries || n.Value < wantValue) {
+			n.Err = raiseListpackLimits(ctx, node, n, wantEntries, wantValue)
 			n.Set = n.Err == nil
 		}
 		mu.Lock()
@@ -146,15 +147,15 @@ func listpackLimits(ctx context.Context, node *redis.Client) (entries, value int
 }
 
 // raiseListpackLimits sets those of a server's limits that are below what
-// check wants; it never lowers one.
-func raiseListpackLimits(ctx context.Context, node *redis.Client, n ListpackNode, check ListpackCheck) error {
-	if n.Entries < check.WantEntries {
-		if err := node.ConfigSet(ctx, listpackEntriesConfig, strconv.FormatInt(check.WantEntries, 10)).Err(); err != nil {
+// Warble wants; it never lowers one.
+func raiseListpackLimits(ctx context.Context, node *redis.Client, n ListpackNode, wantEntries, wantValue int64) error {
+	if n.Entries < wantEntries {
+		if err := node.ConfigSet(ctx, listpackEntriesConfig, strconv.FormatInt(wantEntries, 10)).Err(); err != nil {
 			return err
 		}
 	}
-	if n.Value < check.WantValue {
-		return node.ConfigSet(ctx, listpackValueConfig, strconv.FormatInt(check.WantValue, 10)).Err()
+	if n.Value < wantValue {
+		return node.ConfigSet(ctx, listpackValueConfig, strconv.FormatInt(wantValue, 10)).Err()
 	}
 	return nil
 }
