@@ -35,7 +35,7 @@ import (
 // make it a skiplist for good.
 //
 // The global timeline is left to become a skiplist: it is one key, so a
-// listpack would save some 80 KB in all, while every post writes it and
+// listpack would save about 100 KB in all, while every post writes it and
 // every explore page reads it, on one master. Its delivery adds before it
 // trims, so once full it passes GlobalCap for an instant and converts,
 // whenever GlobalCap is at least the limit (as with the defaults).
