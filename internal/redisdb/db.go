@@ -134,6 +134,11 @@ type DB struct {
 	// cluster (see Hub). One Redis keeps classic pub/sub: there it costs
 	// the same, and the embedded Redis has no SPUBLISH.
 	sharded bool
+
+	// dropStep, if set, runs inside dropIdleBatch after its read of the
+	// seen index ("read") and after its drops ("dropped"): tests make a
+	// user return there.
+	dropStep func(step string)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

@@ -49,14 +49,13 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // ARGV[9] -> the outbox entry of the fan-out job, or "" for none
 //
 // Returns 1.
-var createPostScript = newPubScript(`
+var createPostScript = newPubScript(addCappedLua + `
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
 redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[5]) + 1))
+addCapped(KEYS[3], tonumber(ARGV[5]), ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[6], ARGV[8])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
 return 1

@@ -51,8 +51,10 @@ type Worker struct {
 	nextClaim time.Time // when this worker looks for jobs of dead workers next
 	nextSweep time.Time // when this worker sweeps the outboxes next
 	// backfilled is set once this worker knows the outbox index holds
-	// the jobs of the outboxes from before it (see backfillOutboxIndex).
-	backfilled bool
+	// the jobs of the outboxes from before it (see backfillOutboxIndex),
+	// and seenBackfilled once it knows the seen index holds the users
+	// recorded before it (see backfillSeenIndex).
+	backfilled, seenBackfilled bool
 }
 
 var workerCount atomic.Int64
@@ -122,7 +124,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // maybeSweep sweeps the outboxes if this worker sweeps and its time has
 // come: at its start, then every SweepEvery, give or take a tenth so that
 // processes started together spread out. The first sweep of a database
-// backfills the outbox index first.
+// backfills the outbox index first. Each sweep then drops the home
+// timelines of the users gone inactive (see dropIdleHomes).
 func (w *Worker) maybeSweep(ctx context.Context) error {
 	if !w.opts.Sweep || time.Now().Before(w.nextSweep) {
 		return nil
@@ -135,7 +138,19 @@ func (w *Worker) maybeSweep(ctx context.Context) error {
 		}
 		w.backfilled = true
 	}
-	_, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter))
+	if _, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter)); err != nil {
+		return err
+	}
+	if w.db.opts.InactiveAfter < 0 {
+		return nil
+	}
+	if !w.seenBackfilled {
+		if err := w.db.backfillSeenIndex(ctx); err != nil {
+			return err
+		}
+		w.seenBackfilled = true
+	}
+	_, err := w.db.dropIdleHomes(ctx, w.db.opts.Now().Add(-w.db.opts.InactiveAfter))
 	return err
 }
 
