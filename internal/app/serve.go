@@ -29,6 +29,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 
 	a := newApp(cfg, clients, log)
 	defer a.Close()
@@ -67,8 +72,13 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 	n := max(cfg.FanoutWorkers, 1)
-	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil)
+	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil)
 	checkListpack(ctx, cfg, db)
 	stop := startWorkers(cfg, db, n)
 	log.Info("fan-out workers running", "workers", n)

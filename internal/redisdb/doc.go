@@ -8,7 +8,9 @@
 // which queue.go feeds with jobs and worker.go runs; buckets.go splits the
 // followers of huge accounts over the masters; pull.go merges the posts of
 // accounts too big to fan out into home timelines; inactive.go
-// skips followers who are away; the hub*.go files are the live timelines.
+// skips followers who are away; mover.go moves old posts to the archive
+// (Options.Archive), and its top comment argues why a crash loses and
+// duplicates none; the hub*.go files are the live timelines.
 // scripts.go runs pipelines of Lua scripts; durability.go waits for
 // replicas. The design behind them follows.
 //

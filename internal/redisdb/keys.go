@@ -192,6 +192,41 @@ func seenIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":seen"
 // backfillSeenIndex), it never expires.
 var seenBackfillKey = seenIndexKey(0) + ":backfilled"
 
+// archiveDueKey is a ZSET of the authors of one fan-out shard (see
+// fanOutShard) who have posts to move to the archive, scored by when they
+// are due (unix ms): now for an author past Options.PostsInRedis posts,
+// their oldest post's time plus Options.PostsInRedisFor otherwise; while
+// a mover works on an author, the end of its lease. Kept only with an
+// archive: w:{fanout}:archive:due, w:{fanout:<i>}:archive:due. See mover.go.
+func archiveDueKey(shard int) string { return prefix + fanoutTag(shard) + ":archive:due" }
+
+// archiveBackfillKey is a STRING holding when the due indexes were filled
+// from the posts sets that Warble had before its archive (unix ms), in
+// shard 0's slot: w:{fanout}:archive:backfilled. Written once per
+// database, by the first mover (see backfillArchiveDue).
+var archiveBackfillKey = archiveDueKey(0) + ":backfilled"
+
+// movingKey is a STRING holding the token of the mover moving some of a
+// user's posts to the archive now, expiring with its lease:
+// w:u:{<id>}:moving. While it exists, a deleted post's id goes into
+// archiveGoneKey, since the mover may have written its row.
+func movingKey(userID string) string { return userKey(userID) + ":moving" }
+
+// archiveGoneKey is a SET of the ids of a user's deleted posts whose rows
+// may still be in the archive: deleted while a mover held movingKey, or
+// archived posts being deleted. The mover deletes those rows and then the
+// ids: w:u:{<id>}:archive:gone.
+func archiveGoneKey(userID string) string { return userKey(userID) + ":archive:gone" }
+
+// archivedPostsField is the field of a user's hash (userKey) that counts
+// their posts in the archive, so that postsCount, the size of their posts
+// set plus this, stays exact as posts move.
+const archivedPostsField = "archivedPosts"
+
+// The mover also keeps movingUpTo in a user's hash while a move of their
+// posts has not ended: the highest seq it may have written to the archive
+// (see mover.go).
+
 // homeChannel carries the events of one user's home timeline, with the
 // user's hash tag, so that on a cluster it is a shard channel of the home
 // timeline's slot: w:ch:{<id>}:home.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -110,7 +111,7 @@ func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string
 		// followers went (see buckets.go).
 		followers := pipe.ZCard(ctx, followersKey(id))
 		cmds[i] = userCmds{
-			fields:    pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt", followerBucketsField),
+			fields:    pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt", followerBucketsField, archivedPostsField),
 			followers: followers,
 			following: pipe.ZCard(ctx, followingKey(id)),
 			postsCnt:  pipe.ZCard(ctx, postsKey(id)),
@@ -133,6 +134,9 @@ func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string
 			displayName, _ := vals[1].(string)
 			createdAt, _ := vals[2].(string)
 			state, _ := vals[3].(string)
+			// Posts moved to the archive count as much as those in Redis.
+			archived, _ := vals[4].(string)
+			archivedN, _ := strconv.Atoi(archived)
 			users[i] = &warble.User{
 				ID:             id,
 				Username:       username,
@@ -140,7 +144,7 @@ func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string
 				CreatedAt:      msTime(createdAt),
 				FollowersCount: int(c.followers.Val()),
 				FollowingCount: int(c.following.Val()),
-				PostsCount:     int(c.postsCnt.Val()),
+				PostsCount:     int(c.postsCnt.Val()) + archivedN,
 			}
 			if n := parseFollowerState(state).buckets; n > 0 {
 				bucketed, buckets = append(bucketed, i), append(buckets, n)

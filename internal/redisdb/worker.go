@@ -39,6 +39,10 @@ type WorkerOptions struct {
 	// of each process is enough.
 	Sweep      bool
 	SweepEvery time.Duration
+	// Move has this worker also move posts to the archive, when the DB
+	// has one (see mover.go), between its fan-out jobs. One worker of
+	// each process is enough; more move more authors at once.
+	Move bool
 }
 
 // Worker runs fan-out jobs from the stream. Any number of workers, in any
@@ -55,6 +59,11 @@ type Worker struct {
 	// and seenBackfilled once it knows the seen index holds the users
 	// recorded before it (see backfillSeenIndex).
 	backfilled, seenBackfilled bool
+	nextMove                   time.Time // when this idle mover looks for due authors next
+	moveShard                  int       // the shard whose due index it looks at first
+	// dueBackfilled is set once this worker knows the archive's due index
+	// holds the authors of the posts from before it (backfillArchiveDue).
+	dueBackfilled bool
 }
 
 var workerCount atomic.Int64
@@ -98,7 +107,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		news := watch.news()
 		n, err := 0, w.maybeSweep(ctx)
 		if err == nil {
-			n, err = w.step(ctx)
+			n, err = w.maybeMove(ctx)
+		}
+		if err == nil {
+			var jobs int
+			jobs, err = w.step(ctx)
+			n += jobs
 		}
 		if err == nil || ctx.Err() != nil {
 			pause = 0
@@ -152,6 +166,33 @@ func (w *Worker) maybeSweep(ctx context.Context) error {
 	}
 	_, err := w.db.dropIdleHomes(ctx, w.db.opts.Now().Add(-w.db.opts.InactiveAfter))
 	return err
+}
+
+// maybeMove moves the due posts of one author to the archive, if this
+// worker moves and the DB has an archive; an idle mover looks for due
+// authors at most every IdleLook. It reports 1 if it found an author, so
+// that the worker goes on without waiting. The first pass of a database
+// backfills the due index first.
+func (w *Worker) maybeMove(ctx context.Context) (int, error) {
+	if !w.opts.Move || w.db.opts.Archive == nil || time.Now().Before(w.nextMove) {
+		return 0, nil
+	}
+	if !w.dueBackfilled {
+		if err := w.db.backfillArchiveDue(ctx); err != nil {
+			return 0, err
+		}
+		w.dueBackfilled = true
+	}
+	_, found, err := w.db.moveDue(ctx, w.moveShard)
+	w.moveShard = (w.moveShard + 1) % len(w.ready)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		w.nextMove = time.Now().Add(w.opts.IdleLook)
+		return 0, nil
+	}
+	return 1, nil
 }
 
 // step runs at most one job, without waiting for one: first one of a dead
