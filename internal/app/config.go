@@ -39,6 +39,7 @@ type Config struct {
 
 	WaitReplicas int           // replicas that confirm a signup, post or follow: 0 auto, -1 none
 	WaitTimeout  time.Duration // how long to wait for them
+	SetListpack  bool          // raise the servers' sorted-set listpack limits to HomeCap by CONFIG SET
 
 	FanoutWorkers   int           // fan-out workers run in this process
 	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
@@ -122,6 +123,8 @@ func (c *Config) settings(p *pending) []setting {
 			usage: "how many replicas of each Redis master must confirm the writes of a signup, a post or a follow before Warble answers (Redis's `WAIT`), so that a master that dies does not take acknowledged writes with it: `auto` waits for one on a Redis Cluster whose every master has a replica, for none elsewhere; `off` never waits. See [Redis Cluster](#redis-cluster)"},
 		{env: "REDIS_WAIT_TIMEOUT", flag: "redis-wait-timeout", value: &durationValue{v: &c.WaitTimeout, min: time.Millisecond},
 			usage: "how long a write waits for its replicas; one they did not confirm by then is answered with an error (it may have been kept)"},
+		{env: "REDIS_SET_LISTPACK", flag: "redis-set-listpack", value: (*boolValue)(&c.SetListpack),
+			usage: "at start, raise `zset-max-listpack-entries` to `HOME_TIMELINE_CAP` (and `zset-max-listpack-value` to 33) by `CONFIG SET` on every Redis server where they are lower, so that home timelines are kept compact, about 4 times smaller; `false` only checks and logs what to set. See [Compact timelines](#compact-timelines)"},
 		{env: "TRUST_FORWARDED_FOR", flag: "trust-forwarded-for", value: (*boolValue)(&c.TrustXFF),
 			usage: "behind a proxy that appends the client's address to `X-Forwarded-For`, take the address from there"},
 		{env: "FANOUT_WORKERS", flag: "fanout-workers", value: &intValue{v: &c.FanoutWorkers, min: 0},

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -52,8 +53,15 @@ func migrateLock(dbName string) string { return "warble.migrate." + dbName }
 const migrateLockWait = 5 * time.Minute
 
 // Open connects to the database that url names (see ParseURL), creates or
-// migrates its schema, and returns the archive on it.
+// migrates its schema, and returns the archive on it. log, if set, also
+// gets what the driver logs (a connection the server closed, say), which
+// it would print to stderr otherwise.
 func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	if log != nil {
+		// The driver has one logger for the whole process: the first
+		// archive opened with a logger gives it.
+		setDriverLogger.Do(func() { mysql.SetLogger(driverLogger{log}) })
+	}
 	cfg, pool, err := ParseURL(url)
 	if err != nil {
 		return nil, err
@@ -405,5 +413,12 @@ func (l *namedLock) take(ctx context.Context, conn *sql.Conn) error {
 func (l *namedLock) release(ctx context.Context, conn *sql.Conn) {
 	conn.ExecContext(ctx, "SELECT RELEASE_LOCK(?)", l.name)
 }
+
+var setDriverLogger sync.Once
+
+// driverLogger hands the driver's log lines to slog, as warnings.
+type driverLogger struct{ log *slog.Logger }
+
+func (l driverLogger) Print(v ...any) { l.log.Warn("mysql driver", "msg", fmt.Sprint(v...)) }
 
 var errNoDatabase = errors.New("names no database: mysql://user:password@host:port/database")

@@ -159,6 +159,11 @@ type DB struct {
 	// cluster (see Hub). One Redis keeps classic pub/sub: there it costs
 	// the same, and the embedded Redis has no SPUBLISH.
 	sharded bool
+
+	// dropStep, if set, runs inside dropIdleBatch after its read of the
+	// seen index ("read") and after its drops ("dropped"): tests make a
+	// user return there.
+	dropStep func(step string)
 	// moveHook, if set, is called between the steps of a move to the
 	// archive, by tests that put a delete or a crash there (see mover.go).
 	moveHook func(stage string)

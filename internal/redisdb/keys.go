@@ -178,6 +178,20 @@ func outboxIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":out
 // backfillOutboxIndex), and never expires.
 var outboxBackfillKey = outboxIndexKey(0) + ":backfilled"
 
+// seenIndexKey is a ZSET of the users of one fan-out shard (fanOutShard of
+// the user id) whose home timeline may be dropped once they go inactive,
+// scored by when they were last recorded seen (unix ms): w:{fanout}:seen,
+// w:{fanout:<i>}:seen. Seen adds a user; dropIdleHomes reads the oldest
+// entries and takes out the users whose home it dropped (see inactive.go).
+// It is an index, not the truth: seenKey is.
+func seenIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":seen" }
+
+// seenBackfillKey is a STRING holding when the seen indexes were filled
+// from the seenKeys of users recorded before them (unix ms), in shard 0's
+// slot: w:{fanout}:seen:backfilled. Written once per database (see
+// backfillSeenIndex), it never expires.
+var seenBackfillKey = seenIndexKey(0) + ":backfilled"
+
 // archiveDueKey is a ZSET of the authors of one fan-out shard (see
 // fanOutShard) who have posts to move to the archive, scored by when they
 // are due (unix ms): now for an author past Options.PostsInRedis posts,
@@ -232,6 +246,9 @@ type Layout struct{}
 // Keys is the data layout, for programs outside this package.
 var Keys Layout
 
+// PostSeq is the counter of post seqs.
+func (Layout) PostSeq() string { return postSeqKey }
+
 // UserSeq is the counter of user ids.
 func (Layout) UserSeq() string { return userSeqKey }
 
@@ -267,6 +284,12 @@ func (Layout) Following(userID string) string { return followingKey(userID) }
 
 // Seen holds when a user was last seen.
 func (Layout) Seen(userID string) string { return seenKey(userID) }
+
+// SeenIndex is the seen index that holds a user, among shards fan-out
+// shards (see Options.FanOutShards).
+func (Layout) SeenIndex(userID string, shards int) string {
+	return seenIndexKey(shardOf(userID, shards))
+}
 
 // Post is a post's hash.
 func (Layout) Post(authorID, seq string) string { return postKey(authorID, seq) }

@@ -77,6 +77,10 @@ import (
 // lasts Options.MoveLease.
 const moveBatchesPerClaim = 10
 
+// moveBatchTimeout bounds one batch of a move once it has the author's
+// lock, whatever its worker's context says.
+const moveBatchTimeout = 30 * time.Second
+
 // claimDueScript leases the first due author of a shard to a mover.
 //
 // KEYS[1] -> w:{fanout...}:archive:due
@@ -349,6 +353,12 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	}
 	ids := toStrings(res[1])
 	left, _ := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64) // how far a dead mover may have written
+
+	// A batch that has begun ends, even when its worker is being stopped:
+	// a batch cut short leaves the author to the next mover after the
+	// lease. It is short, but the archive may hang: it gets this long.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveBatchTimeout)
+	defer cancel()
 
 	// The posts, read after the lock: a delete from now on leaves its id
 	// for this mover.

@@ -50,14 +50,13 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 //
 // Returns how many posts the author has in Redis now, which tells whether
 // they are due for the archive's mover (see mover.go).
-var createPostScript = newPubScript(`
+var createPostScript = newPubScript(addCappedLua + `
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
 redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[5]) + 1))
+addCapped(KEYS[3], tonumber(ARGV[5]), ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[6], ARGV[8])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
 return redis.call('ZCARD', KEYS[2])
