@@ -23,6 +23,7 @@ type loaders struct {
 	users        *dataloadgen.Loader[string, *warble.User]
 	posts        *dataloadgen.Loader[string, *warble.Post]
 	followStates *dataloadgen.Loader[string, warble.FollowState] // by user id, for the viewer
+	counts       *dataloadgen.Loader[string, warble.UserCounts]
 }
 
 type loadersKey struct{}
@@ -49,6 +50,10 @@ func (r *Resolver) newLoaders(ctx context.Context, wait time.Duration) *loaders 
 		followStates: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]warble.FollowState, []error) {
 			states, err := r.Follows.FindFollowStates(ctx, viewerID, ids)
 			return states, spread(err, len(ids))
+		}, opt),
+		counts: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]warble.UserCounts, []error) {
+			counts, err := r.Users.FindUserCounts(ctx, ids)
+			return counts, spread(err, len(ids))
 		}, opt),
 	}
 }
@@ -112,4 +117,18 @@ func (r *Resolver) followState(ctx context.Context, user *warble.User) (warble.F
 		return warble.FollowState{}, err
 	}
 	return states[0], nil
+}
+
+// userCounts reads a user's counts through the response's loader, so that
+// the counts of every user in a response, and the three counts of one
+// user, are one round trip.
+func (r *Resolver) userCounts(ctx context.Context, userID string) (warble.UserCounts, error) {
+	if l := loadersFrom(ctx); l != nil {
+		return l.counts.Load(ctx, userID)
+	}
+	counts, err := r.Users.FindUserCounts(ctx, []string{userID})
+	if err != nil {
+		return warble.UserCounts{}, err
+	}
+	return counts[0], nil
 }
