@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -28,15 +29,27 @@ type loaders struct {
 
 type loadersKey struct{}
 
+// lazyLoaders makes the loaders of a response when a field first asks for
+// one: most responses load nothing ({ __typename }, the viewer, a page
+// whose posts came with their authors), and a set of loaders costs a
+// dozen allocations.
+type lazyLoaders struct {
+	once     sync.Once
+	r        *Resolver
+	viewerID string
+	wait     time.Duration
+	loaders  *loaders
+}
+
 // withLoaders is response middleware that gives each response its loaders.
 func (r *Resolver) withLoaders(wait time.Duration) graphql.ResponseMiddleware {
 	return func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
-		return next(context.WithValue(ctx, loadersKey{}, r.newLoaders(ctx, wait)))
+		lazy := &lazyLoaders{r: r, viewerID: warble.UserIDFromContext(ctx), wait: wait}
+		return next(context.WithValue(ctx, loadersKey{}, lazy))
 	}
 }
 
-func (r *Resolver) newLoaders(ctx context.Context, wait time.Duration) *loaders {
-	viewerID := warble.UserIDFromContext(ctx)
+func (r *Resolver) newLoaders(viewerID string, wait time.Duration) *loaders {
 	opt := dataloadgen.WithWait(wait)
 	return &loaders{
 		users: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*warble.User, []error) {
@@ -70,10 +83,15 @@ func spread(err error, n int) []error {
 	return errs
 }
 
-// loadersFrom returns the loaders of the response ctx belongs to.
+// loadersFrom returns the loaders of the response ctx belongs to, or nil
+// outside a response.
 func loadersFrom(ctx context.Context) *loaders {
-	l, _ := ctx.Value(loadersKey{}).(*loaders)
-	return l
+	lazy, _ := ctx.Value(loadersKey{}).(*lazyLoaders)
+	if lazy == nil {
+		return nil
+	}
+	lazy.once.Do(func() { lazy.loaders = lazy.r.newLoaders(lazy.viewerID, lazy.wait) })
+	return lazy.loaders
 }
 
 // loadUser reads a user through the response's loader, or ENOTFOUND.
