@@ -121,7 +121,7 @@ func sessionsKey(userID string) string { return userKey(userID) + ":sessions" }
 // sessionKey is a HASH of one session, in its user's slot and keyed by the
 // SHA-256 of its token in hex, expiring with the session:
 // w:u:{<id>}:session:<hash>. Fields: userID, createdAt. Its token names the
-// user, so that one script reads the session and its user.
+// user, so that one round trip reads the session and its user.
 func sessionKey(userID, sha string) string { return userKey(userID) + ":session:" + sha }
 
 // postKey is a HASH of one post, in its author's slot: w:u:{<author>}:p:<seq>.
