@@ -13,14 +13,14 @@ import (
 // wait: the fields with a resolver, and those that generated.go resolves
 // by calling a method with a context. It also checks that generated.go was
 // rewritten to call marshalList (go generate runs gen_lists.go after
-// gqlgen).
+// gqlgen, see gen_rewrite.go).
 func TestListFieldsThatWait(t *testing.T) {
 	src, err := os.ReadFile("generated.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if regexp.MustCompile(`graphql\.MarshalSliceConcurrently\(`).Match(src) {
-		t.Error("generated.go calls graphql.MarshalSliceConcurrently: run go generate, which rewrites it to call marshalList")
+	if regexp.MustCompile(`graphql\.MarshalSliceConcurrently\(|graphql\.GetPath\(ctx\),`).Match(src) {
+		t.Error("generated.go calls graphql.MarshalSliceConcurrently or GetPath for a deferred group: run go generate, which rewrites them")
 	}
 	methods := regexp.MustCompile(`(?s)func \(ec \*executionContext\) _(\w+)_(\w+)\(ctx context\.Context, field graphql\.CollectedField, obj [^)]*\) \(ret graphql\.Marshaler\) \{\n(.*?)\n}\n`)
 	callsWithContext := regexp.MustCompile(`return obj\.\w+\(ctx`)
