@@ -90,7 +90,7 @@ func mayWait(sel ast.SelectionSet, authorsKnown bool) bool {
 	for _, s := range sel {
 		switch s := s.(type) {
 		case *ast.Field:
-			if s.ObjectDefinition != nil && waits(s.ObjectDefinition.Name, s.Name) &&
+			if s.ObjectDefinition != nil && waits(s.ObjectDefinition, s.Name) &&
 				!(authorsKnown && s.ObjectDefinition.Name == "Post" && s.Name == "author") {
 				return true
 			}
@@ -110,13 +110,24 @@ func mayWait(sel ast.SelectionSet, authorsKnown bool) bool {
 	return false
 }
 
-// waits reports whether a field of a GraphQL object may read Redis or wait
-// on a loader: it has a resolver, or is bound to a method of a domain type
-// that takes a context. TestListFieldsThatWait checks the second list
-// against generated.go.
-func waits(object, field string) bool {
+// waits reports whether a field of a GraphQL type may read Redis or wait on
+// a loader: it has a resolver, or is bound to a method of a domain type
+// that takes a context (TestListFieldsThatWait checks that list against
+// generated.go). A field selected on an interface or union waits if it does
+// on any object but the root ones.
+func waits(def *ast.Definition, field string) bool {
 	field = strings.ToLower(field)
-	return resolverFields[object][field] || contextMethodFields[object][field]
+	if def.Kind == ast.Object {
+		return resolverFields[def.Name][field] || contextMethodFields[def.Name][field]
+	}
+	for _, fields := range []map[string]map[string]bool{resolverFields, contextMethodFields} {
+		for object, f := range fields {
+			if f[field] && object != "Query" && object != "Mutation" && object != "Subscription" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // contextMethodFields holds, per GraphQL object, the fields bound to a

@@ -28,7 +28,7 @@ func TestListFieldsThatWait(t *testing.T) {
 	for _, m := range methods.FindAllSubmatch(src, -1) {
 		if object, field := string(m[1]), string(m[2]); callsWithContext.Match(m[3]) {
 			n++
-			if !waits(object, field) {
+			if !waits(&ast.Definition{Kind: ast.Object, Name: object}, field) {
 				t.Errorf("%s.%s calls a method with a context, and marshalList does not know that it may wait", object, field)
 			}
 		}
@@ -36,13 +36,18 @@ func TestListFieldsThatWait(t *testing.T) {
 	if n == 0 {
 		t.Error("found no field bound to a method with a context in generated.go: has its form changed?")
 	}
+	// On an interface, a field waits if it does on any object.
+	iface := &ast.Definition{Kind: ast.Interface, Name: "Node"}
+	if !waits(iface, "author") || waits(iface, "id") || waits(iface, "node") {
+		t.Error("waits on an interface: want author (Post's resolver) to wait, and id and node (Query's) not")
+	}
 	for _, f := range [][2]string{{"Post", "author"}, {"User", "followersCount"}, {"User", "viewerIsFollowing"}, {"User", "followers"}} {
-		if !waits(f[0], f[1]) {
+		if !waits(&ast.Definition{Kind: ast.Object, Name: f[0]}, f[1]) {
 			t.Errorf("waits(%s, %s) = false, want true: it has a resolver", f[0], f[1])
 		}
 	}
 	for _, f := range [][2]string{{"Post", "body"}, {"User", "username"}, {"PostEdge", "node"}} {
-		if waits(f[0], f[1]) {
+		if waits(&ast.Definition{Kind: ast.Object, Name: f[0]}, f[1]) {
 			t.Errorf("waits(%s, %s) = true, want false", f[0], f[1])
 		}
 	}
