@@ -32,9 +32,9 @@ type App struct {
 	stopWorkers func()
 }
 
-// newDB returns the services' DB over client; delivered, if set, counts
-// fan-out deliveries.
-func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered func(int)) *redisdb.DB {
+// newDB returns the services' DB over client; delivered and moved, if set,
+// count fan-out deliveries and posts moved to the archive.
+func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered, moved func(int)) *redisdb.DB {
 	return redisdb.NewDB(clients.primary, redisdb.Options{
 		ReplicaReads:  clients.replicas,
 		HomeCap:       cfg.HomeCap,
@@ -53,6 +53,11 @@ func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered func(in
 
 		FollowerBucketThreshold: cfg.BucketThreshold,
 		FollowerBuckets:         cfg.FollowerBuckets,
+
+		Archive:         cfg.Archive,
+		PostsInRedis:    cfg.PostsInRedis,
+		PostsInRedisFor: cfg.PostsInRedisFor,
+		Moved:           moved,
 	})
 }
 
@@ -66,10 +71,13 @@ func New(cfg Config, client redis.UniversalClient, log *slog.Logger) *App {
 func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
 	client := clients.primary
 	m := metrics.New()
-	db := newDB(cfg, clients, log, m.FanOutDelivered)
+	db := newDB(cfg, clients, log, m.FanOutDelivered, m.ArchiveMoved)
 	hub := redisdb.NewHub(db)
 	client.AddHook(redisdb.ErrorHook(m.RedisError))
 	m.WatchFanOutQueue(db)
+	if cfg.Archive != nil {
+		m.WatchArchive(db)
+	}
 	resolver := &graph.Resolver{
 		Users:   redisdb.NewUserService(db),
 		Auth:    redisdb.NewAuthService(db),
@@ -142,12 +150,13 @@ func (a *App) Close() error {
 }
 
 // startWorkers starts n fan-out workers on db and returns a function that
-// stops them and waits until they have.
+// stops them and waits until they have. The first also sweeps the outboxes
+// and, with an archive, moves posts to it.
 func startWorkers(cfg Config, db *redisdb.DB, n int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range n {
-		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0})
+		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0, Move: i == 0})
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }

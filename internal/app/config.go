@@ -39,6 +39,7 @@ type Config struct {
 
 	WaitReplicas int           // replicas that confirm a signup, post or follow: 0 auto, -1 none
 	WaitTimeout  time.Duration // how long to wait for them
+	SetListpack  bool          // raise the servers' sorted-set listpack limits to HomeCap by CONFIG SET
 
 	FanoutWorkers   int           // fan-out workers run in this process
 	FanoutClaimIdle time.Duration // how long a dead worker's job waits before another takes it
@@ -49,11 +50,22 @@ type Config struct {
 	BucketThreshold int           // followers above which an account's followers go into buckets; 0: auto, -1: never
 	FollowerBuckets int           // how many buckets they go into
 
+	ArchiveURL      string        // the MySQL database of the posts that leave Redis; "" for none
+	PostsInRedis    int           // with an archive, each author's newest posts kept in Redis
+	PostsInRedisFor time.Duration // with an archive, older posts move too; -1: by count alone
+
 	// Not settings: tests change them.
-	BcryptCost   int           // zero for the default
-	WriteTimeout time.Duration // of each websocket write; zero for the default
-	LoaderWait   time.Duration // dataloaders' batching window; zero for the default
+	Archive      warble.PostArchive // opened from ArchiveURL by Run and RunWorkers; tests set it
+	BcryptCost   int                // zero for the default
+	WriteTimeout time.Duration      // of each websocket write; zero for the default
+	LoaderWait   time.Duration      // dataloaders' batching window; zero for the default
 }
+
+// DefaultPostsInRedisFor is POSTS_IN_REDIS_FOR's default. By count alone,
+// an author who posts twice a day keeps 500 days of posts in Redis; the
+// home timelines that readers mostly read are a few days deep, and a
+// profile read past a month goes on in the archive in the same page.
+const DefaultPostsInRedisFor = 30 * 24 * time.Hour
 
 // setting is one configuration setting: its environment variable, its
 // flag, what it means, and the value that parses it into a Config field.
@@ -78,6 +90,12 @@ func (c *Config) settings(p *pending) []setting {
 		{env: "HOST", flag: "host", value: (*stringValue)(&p.host), def: "all interfaces", usage: "listen host"},
 		{env: "REDIS_URL", flag: "redis-url", value: (*stringValue)(&c.RedisURL), def: "unset",
 			usage: "`redis://` or `rediss://` URL. Unset: embedded in-memory Redis, data not kept"},
+		{env: "ARCHIVE_URL", flag: "archive-url", value: (*stringValue)(&c.ArchiveURL), def: "unset",
+			usage: "`mysql://user:password@host:port/database`, or `mysql://user:password@/database?socket=/path/to/mysqld.sock`, of a MySQL 8 or MariaDB 10.11+ database that keeps the posts that leave Redis (`POSTS_IN_REDIS`, `POSTS_IN_REDIS_FOR`); Warble creates and migrates its tables. Unset: every post stays in Redis. See [The archive](#the-archive)"},
+		{env: "POSTS_IN_REDIS", flag: "posts-in-redis", value: &intValue{v: &c.PostsInRedis, min: 1},
+			usage: "with `ARCHIVE_URL`, how many of each author's newest posts stay in Redis; the fan-out workers move older ones to the archive"},
+		{env: "POSTS_IN_REDIS_FOR", flag: "posts-in-redis-for", value: &durationValue{v: &c.PostsInRedisFor, min: time.Hour, off: true}, def: "`720h` (30 days)",
+			usage: "with `ARCHIVE_URL`, posts older than this move to the archive too, however few their author has; `off` moves by count alone"},
 		{env: "CORS_ORIGINS", flag: "cors-origins", value: (*listValue)(&c.CORSOrigins), def: "unset",
 			usage: "comma-separated extra origins allowed for HTTP (CORS) and websockets; same-origin always works"},
 		{env: "WARBLE_ENV", flag: "env", value: &enumValue{v: &c.Env, allowed: []string{"development", "production"}},
@@ -105,6 +123,8 @@ func (c *Config) settings(p *pending) []setting {
 			usage: "how many replicas of each Redis master must confirm the writes of a signup, a post or a follow before Warble answers (Redis's `WAIT`), so that a master that dies does not take acknowledged writes with it: `auto` waits for one on a Redis Cluster whose every master has a replica, for none elsewhere; `off` never waits. See [Redis Cluster](#redis-cluster)"},
 		{env: "REDIS_WAIT_TIMEOUT", flag: "redis-wait-timeout", value: &durationValue{v: &c.WaitTimeout, min: time.Millisecond},
 			usage: "how long a write waits for its replicas; one they did not confirm by then is answered with an error (it may have been kept)"},
+		{env: "REDIS_SET_LISTPACK", flag: "redis-set-listpack", value: (*boolValue)(&c.SetListpack),
+			usage: "at start, raise `zset-max-listpack-entries` to `HOME_TIMELINE_CAP` (and `zset-max-listpack-value` to 33) by `CONFIG SET` on every Redis server where they are lower, so that home timelines are kept compact, about 4 times smaller; `false` only checks and logs what to set. See [Compact timelines](#compact-timelines)"},
 		{env: "TRUST_FORWARDED_FOR", flag: "trust-forwarded-for", value: (*boolValue)(&c.TrustXFF),
 			usage: "behind a proxy that appends the client's address to `X-Forwarded-For`, take the address from there"},
 		{env: "FANOUT_WORKERS", flag: "fanout-workers", value: &intValue{v: &c.FanoutWorkers, min: 0},
@@ -154,6 +174,8 @@ func defaultConfig() (Config, *pending) {
 		FollowerBuckets: redisdb.DefaultFollowerBuckets,
 		InactiveAfter:   redisdb.DefaultInactiveAfter,
 		WaitTimeout:     redisdb.DefaultWaitTimeout,
+		PostsInRedis:    redisdb.DefaultPostsInRedis,
+		PostsInRedisFor: DefaultPostsInRedisFor,
 	}
 	return c, &pending{port: "8080"}
 }

@@ -39,6 +39,14 @@ func newTestServer(t testing.TB, change ...func(*Config)) *testServer {
 // newTestServerOn is newTestServer with the listener wrapped by wrap, if not nil.
 func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change ...func(*Config)) *testServer {
 	t.Helper()
+	return startTestServer(t, redistest.New(t), testConfig(t, change...), wrap)
+}
+
+// testConfig is the configuration of a test server, changed by change.
+// Under WARBLE_TEST_ARCHIVE=1 it has an archive (see withArchive) unless
+// change set one.
+func testConfig(t testing.TB, change ...func(*Config)) Config {
+	t.Helper()
 	cfg, err := ParseConfig(nil, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +58,11 @@ func newTestServerOn(t testing.TB, wrap func(net.Listener) net.Listener, change 
 	for _, f := range change {
 		f(&cfg)
 	}
-	return startTestServer(t, redistest.New(t), cfg, wrap)
+	if archiveEverywhere() && cfg.Archive == nil {
+		withArchive, _ := withArchive(t, archiveTestPostsInRedis)
+		withArchive(&cfg)
+	}
+	return cfg
 }
 
 // startTestServer starts Warble with cfg on rs, the Redis of another test

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/warble/warble/internal/redisdb"
 )
 
 // maxBodyBytes bounds the body of an HTTP request to /graphql.
@@ -27,9 +29,15 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 
 	a := newApp(cfg, clients, log)
 	defer a.Close()
+	checkListpack(ctx, cfg, a.db)
 
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -64,12 +72,32 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	defer closeRedis()
+	closeArchive, err := openArchive(ctx, &cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeArchive()
 	n := max(cfg.FanoutWorkers, 1)
-	stop := startWorkers(cfg, newDB(cfg, redisClients{primary: clients.primary}, log, nil), n)
+	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil)
+	checkListpack(ctx, cfg, db)
+	stop := startWorkers(cfg, db, n)
 	log.Info("fan-out workers running", "workers", n)
 	<-ctx.Done()
 	stop()
 	return nil
+}
+
+// checkListpack checks, at the start of a server or of `warble worker`,
+// that Redis keeps full home timelines compact, and with REDIS_SET_LISTPACK
+// makes it (see redisdb.DB.CheckListpack). It logs what it found; nothing
+// it finds stops Warble. The embedded Redis has no encodings to check.
+func checkListpack(ctx context.Context, cfg Config, db *redisdb.DB) {
+	if cfg.RedisURL == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	db.CheckListpack(ctx, cfg.SetListpack)
 }
 
 // Serve answers requests on ln until ctx ends, then stops accepting, ends

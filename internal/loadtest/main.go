@@ -56,6 +56,9 @@ type options struct {
 	bucketThreshold int           // the server's FOLLOWERS_BUCKET_THRESHOLD: 0 for its default, -1 if off
 	buckets         int           // the server's FOLLOWERS_BUCKETS: 0 for its default
 	fewFollowers    int           // createPost is measured for authors with at most this many followers
+	compactHomes    int           // home timelines to fill for the compact timelines measurement; 0: none
+	homeCap         int           // the server's HOME_TIMELINE_CAP
+	listpackEntries []int         // the zset-max-listpack-entries values the compact measurement compares
 	chart           string        // SVG file to write, if set
 	note            string        // free text for the report, such as the commit measured
 }
@@ -80,6 +83,10 @@ func main() {
 	buckets := flag.String("bucket-threshold", "", "the server's FOLLOWERS_BUCKET_THRESHOLD, a number or off (empty: its default), so that the raw seed writes followers where the server keeps them")
 	flag.IntVar(&o.buckets, "buckets", 0, "the server's FOLLOWERS_BUCKETS (0: its default)")
 	flag.IntVar(&o.fewFollowers, "few-followers", 1000, "createPost is timed for authors with at most this many followers")
+	flag.IntVar(&o.compactHomes, "compact-homes", 0, "fill this many home timelines (those of the followers of the largest fan-out author with at most this many) to the home cap "+
+		"under each -listpack-entries, and report their memory and fan-out to them; 0: do not. It runs last, and replaces those timelines")
+	flag.IntVar(&o.homeCap, "home-cap", 1000, "the server's HOME_TIMELINE_CAP")
+	limits := flag.String("listpack-entries", "128,cap", "the zset-max-listpack-entries values -compact-homes compares, comma-separated; cap: the home cap")
 	flag.StringVar(&o.chart, "chart", "", "write an SVG chart of the results against their targets to this file")
 	flag.StringVar(&o.note, "note", "", "free text for the report and the chart, such as the commit measured")
 	flag.Parse()
@@ -110,6 +117,10 @@ func main() {
 	}
 	if o.buckets < 0 || o.buckets == 1 {
 		fmt.Fprintln(os.Stderr, "loadtest: -buckets: want 2 or more (0: the default)")
+		os.Exit(2)
+	}
+	if o.listpackEntries, err = parseLimits(*limits, o.homeCap); err != nil || o.homeCap < 1 {
+		fmt.Fprintln(os.Stderr, "loadtest: -listpack-entries or -home-cap:", err)
 		os.Exit(2)
 	}
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -285,6 +296,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if rep.fan, err = measureFanOut(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
 	}
+	if o.compactHomes > 0 {
+		if rep.compact, err = measureCompact(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
+			return fmt.Errorf("compact timelines: %w", err)
+		}
+	}
 	rep.write(out)
 	if o.chart != "" {
 		f, err := os.Create(o.chart)
@@ -427,7 +443,7 @@ func median(rs []result) result {
 
 // medianOf returns the median of v (the upper one of an even count), or
 // zero for none. It does not reorder v.
-func medianOf[T int | float64 | time.Duration](v []T) T {
+func medianOf[T int | int64 | float64 | time.Duration](v []T) T {
 	if len(v) == 0 {
 		return 0
 	}

@@ -201,24 +201,33 @@ func TestRunTiny(t *testing.T) {
 	srv, _, url := startWarble(t, 2)
 	chart := filepath.Join(t.TempDir(), "chart.svg")
 	var out strings.Builder
-	err := run(context.Background(), options{
+	o := options{
 		serverURL: url, redisURL: srv.URL, users: 12, maxFollow: 5, posts: 2, runs: 2,
 		duration: 50 * time.Millisecond, concurrency: 2, seed: 1,
 		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fewFollowers: 1000, chart: chart,
-	}, &out)
+		compactHomes: 30, homeCap: 1000, listpackEntries: []int{128, 1000},
+	}
+	compact := []string{
+		"compact timelines: 30 home timelines filled to the cap (1000 post ids",
+		"| 128 | skiplist (skiplist) |", "| 1000 | listpack (listpack) |", "memory, limit 128 / limit 1000: ",
+	}
+	if srv.Embedded() { // no encodings, no MEMORY USAGE
+		o.compactHomes, compact = 0, nil
+	}
+	err := run(context.Background(), o, &out)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	report := out.String()
-	for _, want := range []string{
+	for _, want := range append(compact,
 		"seeded 12 users", "seeded 30 more users straight into Redis",
 		"| `homeTimeline(first: 20)` with authors, HTTP |", "| `{ __typename }`, HTTP |",
 		"| same page, go-redis directly", "| `createPost`, HTTP, by the 12 users with ≤ 1000 followers",
 		"| `createPost`, the same, one request at a time |",
 		"home page / `__typename`: ", "The server's FANOUT_PULL_THRESHOLD was not given",
 		"\n| 7 | ", "\n| 30 | ", "| fan-out / raw ZADD rate, 30 followers ≥ 0.50× |",
-		"chart: " + chart,
-	} {
+		"chart: "+chart,
+	) {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
@@ -340,5 +349,17 @@ func TestCPUMarks(t *testing.T) {
 	}
 	if percent(0.504) != "50%" || percent(1.5) != "150%" || percent(-1) != "-" {
 		t.Errorf("percent: %s %s %s", percent(0.504), percent(1.5), percent(-1))
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	got, err := parseLimits("128, cap,5000", 1000)
+	if err != nil || !slices.Equal(got, []int{128, 1000, 5000}) {
+		t.Errorf("parseLimits = %v, %v", got, err)
+	}
+	for _, in := range []string{"x", "-1", "128,,cap"} {
+		if _, err := parseLimits(in, 1000); err == nil {
+			t.Errorf("parseLimits(%q) took it", in)
+		}
 	}
 }

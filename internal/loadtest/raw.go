@@ -24,11 +24,14 @@ import (
 // TestRawSeedMatchesServices checks that it writes what the services write.
 type rawDB struct {
 	client     redis.UniversalClient
-	homeCap    int              // the server's HOME_TIMELINE_CAP
-	bcryptCost int              // cost of the one password hash all users share
-	markSeen   bool             // the server skips inactive users: seed users as seen now
-	now        func() time.Time // the clock; tests pin it
-	chunk      int              // users or follows one pipeline writes
+	homeCap    int  // the server's HOME_TIMELINE_CAP
+	bcryptCost int  // cost of the one password hash all users share
+	markSeen   bool // the server skips inactive users: seed users as seen now, and index them
+	// fanOutShards is the server's FANOUT_SHARDS, which spread the seen
+	// index too: its default.
+	fanOutShards int
+	now          func() time.Time // the clock; tests pin it
+	chunk        int              // users or follows one pipeline writes
 	// bucketThreshold and buckets are the server's
 	// FOLLOWERS_BUCKET_THRESHOLD (-1: off) and FOLLOWERS_BUCKETS: an
 	// account with more followers has them in buckets.
@@ -39,9 +42,9 @@ type rawDB struct {
 // settings: follower buckets past the default threshold on a cluster,
 // none on one Redis.
 func newRawDB(client redis.UniversalClient) *rawDB {
-	threshold := -1
+	threshold, shards := -1, 1
 	if _, ok := client.(*redis.ClusterClient); ok {
-		threshold = redisdb.DefaultFollowerBucketThreshold
+		threshold, shards = redisdb.DefaultFollowerBucketThreshold, redisdb.DefaultClusterFanOutShards
 	}
 	return &rawDB{
 		client:          client,
@@ -52,6 +55,7 @@ func newRawDB(client redis.UniversalClient) *rawDB {
 		chunk:           1000,
 		bucketThreshold: threshold,
 		buckets:         redisdb.DefaultFollowerBuckets,
+		fanOutShards:    shards,
 	}
 }
 
@@ -91,7 +95,8 @@ func (r *rawDB) signups(ctx context.Context, usernames []string, password string
 	for i := range ids {
 		ids[i] = strconv.FormatInt(first+int64(i), 10)
 	}
-	createdAt := strconv.FormatInt(r.nowMS(), 10)
+	nowMS := r.nowMS()
+	createdAt := strconv.FormatInt(nowMS, 10)
 	for start := 0; start < len(usernames); start += r.chunk {
 		end := min(start+r.chunk, len(usernames))
 		pipe := r.client.Pipeline()
@@ -103,6 +108,7 @@ func (r *rawDB) signups(ctx context.Context, usernames []string, password string
 			pipe.ZAdd(ctx, keys.NewestUsers(), redis.Z{Score: float64(first + int64(i)), Member: id})
 			if r.markSeen {
 				pipe.Set(ctx, keys.Seen(id), createdAt, 0) // seen now, as by the signup request
+				pipe.ZAdd(ctx, keys.SeenIndex(id, r.fanOutShards), redis.Z{Score: float64(nowMS), Member: id})
 			}
 		}
 		pipe.ZRemRangeByRank(ctx, keys.NewestUsers(), 0, -int64(redisdb.DefaultNewestCap+1))

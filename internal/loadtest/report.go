@@ -20,6 +20,7 @@ type report struct {
 	drain                       time.Duration // for the queue to empty after a createPost run
 	fanAuthors                  []fanAuthor
 	fan                         []fanResult
+	compact                     []compactResult // by listpack limit
 	// On a Redis Cluster, each master's main thread during the last
 	// concurrent createPost run, and where the single keys live.
 	createMasters []masterBusy
@@ -164,6 +165,8 @@ func (r *report) write(out io.Writer) {
 			}
 		}
 	}
+
+	r.writeCompact(out)
 
 	fmt.Fprintf(out, "\ntargets:\n\n| target | measured | |\n|---|---|---|\n")
 	for _, t := range r.targets() {

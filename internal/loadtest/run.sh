@@ -13,7 +13,11 @@
 # The server gets FANOUT_PULL_THRESHOLD (default here 1000000, above every
 # fan-out size the tool times) so that fan-out is measured on the push path;
 # set it in the environment to measure another. The tool is told the value
-# for its report, and the commit measured.
+# for its report, and the commit measured. With -compact-homes N, the tool
+# also fills N home timelines to the cap under each sorted-set listpack
+# limit (-listpack-entries, default 128 and the cap) and reports their
+# memory and the fan-out to them:
+#   internal/loadtest/run.sh -fanout-sizes 10000 -compact-homes 10000
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -63,6 +67,9 @@ commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 bucket_args=()
 [ -n "${FOLLOWERS_BUCKET_THRESHOLD:-}" ] && bucket_args+=(-bucket-threshold "$FOLLOWERS_BUCKET_THRESHOLD")
 [ -n "${FOLLOWERS_BUCKETS:-}" ] && bucket_args+=(-buckets "$FOLLOWERS_BUCKETS")
+# HOME_TIMELINE_CAP, when set, goes to the server and to the tool, whose
+# -compact-homes fills home timelines to it.
+[ -n "${HOME_TIMELINE_CAP:-}" ] && bucket_args+=(-home-cap "$HOME_TIMELINE_CAP")
 
 REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
   FANOUT_PULL_THRESHOLD="$pull_threshold" \

@@ -40,6 +40,7 @@ type Metrics struct {
 	subscriptions prometheus.Gauge
 	redisErrors   *prometheus.CounterVec
 	deliveries    prometheus.Counter
+	archiveMoved  prometheus.Counter // nil without an archive (see WatchArchive)
 
 	mu    sync.Mutex
 	names map[string]struct{} // operation names with series of their own

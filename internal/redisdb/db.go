@@ -33,6 +33,14 @@ const (
 	// DefaultFollowerBuckets is how many buckets such an account's
 	// followers are split into: a few per master of a small cluster.
 	DefaultFollowerBuckets = 16
+	// DefaultPostsInRedis is how many of an author's newest posts stay in
+	// Redis with an archive; see Options.PostsInRedis.
+	DefaultPostsInRedis = 1000
+	// DefaultMoveBatch is how many posts a move writes per statement.
+	DefaultMoveBatch = 1000
+	// DefaultMoveLease is how long a mover holds an author: far longer
+	// than a batch takes.
+	DefaultMoveLease = 5 * time.Minute
 )
 
 // Options tune a DB. The zero value of each field means its default.
@@ -108,6 +116,23 @@ type Options struct {
 	// Options.PostsInRedis): reads that reach past what Redis holds
 	// continue in it. Nil keeps every post in Redis.
 	Archive warble.PostArchive
+	// PostsInRedis is how many of an author's newest posts stay in Redis
+	// with an archive: the workers move the older ones (see mover.go).
+	// Zero means DefaultPostsInRedis.
+	PostsInRedis int
+	// PostsInRedisFor, if positive, also moves posts older than this,
+	// however few the author has. Zero or negative: by count alone.
+	PostsInRedisFor time.Duration
+	// MoveBatch is how many posts one move writes to the archive in one
+	// statement. Zero means DefaultMoveBatch.
+	MoveBatch int
+	// MoveLease is how long a mover holds an author before another may
+	// take them over, as from a mover that died. Zero means
+	// DefaultMoveLease.
+	MoveLease time.Duration
+	// Moved, if set, is told how many posts each move took out of Redis,
+	// for metrics.
+	Moved func(n int)
 	// Delivered, if set, is told how many home timelines each fan-out
 	// batch added a post to, for metrics.
 	Delivered func(n int)
@@ -134,6 +159,14 @@ type DB struct {
 	// cluster (see Hub). One Redis keeps classic pub/sub: there it costs
 	// the same, and the embedded Redis has no SPUBLISH.
 	sharded bool
+
+	// dropStep, if set, runs inside dropIdleBatch after its read of the
+	// seen index ("read") and after its drops ("dropped"): tests make a
+	// user return there.
+	dropStep func(step string)
+	// moveHook, if set, is called between the steps of a move to the
+	// archive, by tests that put a delete or a crash there (see mover.go).
+	moveHook func(stage string)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.
@@ -186,6 +219,15 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 		if sharded {
 			opts.FollowerBucketThreshold = DefaultFollowerBucketThreshold
 		}
+	}
+	if opts.PostsInRedis <= 0 {
+		opts.PostsInRedis = DefaultPostsInRedis
+	}
+	if opts.MoveBatch <= 0 {
+		opts.MoveBatch = DefaultMoveBatch
+	}
+	if opts.MoveLease <= 0 {
+		opts.MoveLease = DefaultMoveLease
 	}
 	if opts.FollowerBuckets <= 0 {
 		opts.FollowerBuckets = DefaultFollowerBuckets

@@ -16,8 +16,8 @@ import (
 // undoing on delete) reads and delivers to.
 const fanOutChunk = 1000
 
-// deliverScript adds a post to a timeline, trims it to its cap and
-// announces it. It is idempotent: a post that the timeline holds already (a
+// deliverScript adds a post to a timeline, trims it to its cap (a home
+// timeline before the add, see addCappedLua) and announces it. It is idempotent: a post that the timeline holds already (a
 // repeated delivery) is not announced again, nor is one older than
 // everything the capped timeline keeps (it is trimmed away at once).
 //
@@ -42,7 +42,8 @@ const fanOutChunk = 1000
 // Returns 1 if the post was added, 0 if it was there already or trimmed at
 // once, -1 if the follower does not follow the author, -2 if the follower
 // is inactive.
-var deliverScript = newPubScript(`
+var deliverScript = newPubScript(addCappedLua + `
+local cap = tonumber(ARGV[4])
 if #KEYS > 1 then
 	if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
 		return -1
@@ -51,15 +52,20 @@ if #KEYS > 1 then
 	if seen and tonumber(seen) < tonumber(ARGV[7]) then
 		return -2
 	end
-end
-if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-	return 0
-end
-local cap = tonumber(ARGV[4])
-if redis.call('ZCARD', KEYS[1]) > cap then
-	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
-	if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+	if addCapped(KEYS[1], cap, ARGV[1], ARGV[2]) == 0 then
 		return 0
+	end
+else
+	-- The global timeline adds before it trims, so that it becomes a
+	-- skiplist once full (see listpack.go).
+	if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+		return 0
+	end
+	if redis.call('ZCARD', KEYS[1]) > cap then
+		redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
+		if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+			return 0
+		end
 	end
 end
 redis.call('PUBLISH', ARGV[5], ARGV[6])

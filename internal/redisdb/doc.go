@@ -8,7 +8,9 @@
 // which queue.go feeds with jobs and worker.go runs; buckets.go splits the
 // followers of huge accounts over the masters; pull.go merges the posts of
 // accounts too big to fan out into home timelines; inactive.go
-// skips followers who are away; the hub*.go files are the live timelines.
+// skips followers who are away; mover.go moves old posts to the archive
+// (Options.Archive), and its top comment argues why a crash loses and
+// duplicates none; the hub*.go files are the live timelines.
 // scripts.go runs pipelines of Lua scripts; durability.go waits for
 // replicas. The design behind them follows.
 //
@@ -162,6 +164,20 @@
 // A user with no seenKey (one from before Warble recorded it) counts as
 // active, so that turning this on needs no migration. Recording is cheap:
 // each process writes a user's seenKey at most once per seenEvery.
+//
+// The home timeline of an inactive user is then only memory, so the
+// sweeping worker of each process drops it (dropIdleHomes), finding the
+// users in a seen index per fan-out shard rather than by SCAN, and marks
+// the user seen at 0, so that the next request rebuilds all of it. The
+// drop checks seenKey in the step that drops, so it cannot take the
+// timeline of a user who is back; inactive.go has the argument.
+//
+// # Compact timelines
+//
+// listpack.go: a home timeline kept as a listpack takes a quarter of the
+// memory of a skiplist. Warble checks at start that Redis's limit allows
+// it, and the scripts that write a home timeline never take it past its
+// cap, not even for an instant, so that it stays one.
 //
 // # Live timelines
 //

@@ -659,3 +659,28 @@ func TestOutboxIndexBackfill(t *testing.T) {
 		t.Errorf("%d followers hold a post that only a second backfill would find", got)
 	}
 }
+
+// TestDedicatedClientWhileTheFirstConnectionOpens: the jobs watch makes a
+// client of its own from the shared one's settings while the shared one
+// may be opening its first connection, which writes some of its options
+// (the race detector saw it in CI). Run with -race.
+func TestDedicatedClientWhileTheFirstConnectionOpens(t *testing.T) {
+	srv := redistest.New(t)
+	if srv.Cluster() != nil {
+		t.Skip("a cluster client's own options are not written as it runs; its nodes' are copies")
+	}
+	for range 20 {
+		c := redis.NewClient(srv.Options())
+		made := make(chan func())
+		go func() {
+			d, closeD := dedicatedClient(c, 1)
+			made <- closeD
+			d.Ping(context.Background())
+		}()
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		(<-made)()
+		c.Close()
+	}
+}

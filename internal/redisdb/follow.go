@@ -76,7 +76,7 @@ return {1, ARGV[2]}
 //
 // Returns {added, newest}: how many posts were added (-1 if the followee is
 // no longer followed) and the newest seq in the home timeline (0 if empty).
-var backfillScript = redis.NewScript(`
+var backfillScript = redis.NewScript(addCappedLua + `
 local function newest()
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	return top[2] or 0
@@ -89,15 +89,14 @@ local floor = nil
 if redis.call('ZCARD', KEYS[1]) >= cap then
 	floor = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 end
-local added = 0
+local entries = {}
 for i = 3, #ARGV, 2 do
 	if not floor or tonumber(ARGV[i]) > floor then
-		-- ARGV[i] goes to Redis as given: Lua would print a number
-		-- above 10^14 in floating-point notation.
-		added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+		entries[#entries + 1] = ARGV[i]
+		entries[#entries + 1] = ARGV[i + 1]
 	end
 end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(cap + 1))
+local added = addAllCapped(KEYS[1], cap, entries)
 return {added, newest()}
 `)
 

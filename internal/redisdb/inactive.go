@@ -2,8 +2,11 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,7 +83,19 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 	if db.opts.InactiveAfter < 0 || !db.seen.due(userID, db.opts.Now(), db.seenEvery()) {
 		return nil
 	}
-	res, err := touchScript.Run(ctx, db.client, []string{seenKey(userID), homeKey(userID)}, db.now().UnixMilli()).Slice()
+	// The seen index first, in the same round trip: the index only says
+	// where to look (dropIdleHomes checks seenKey itself), so the order of
+	// the two does not matter.
+	now := db.now().UnixMilli()
+	var touch *redis.Cmd
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		pipe.ZAdd(ctx, seenIndexKey(db.fanOutShard(userID)), redis.Z{Score: float64(now), Member: userID})
+		touch = touchScript.EvalSha(ctx, pipe, []string{seenKey(userID), homeKey(userID)}, now)
+	}, touchScript)
+	var res []any
+	if err == nil {
+		res, err = touch.Slice()
+	}
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected answer %v", res)
 	}
@@ -106,25 +121,27 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 }
 
 // rebuildScript adds the posts that fan-out skipped to a returning user's
-// home timeline, those of authors the user still follows, trims it to its
-// cap, and announces a RESYNC if anything was added.
+// home timeline, those of the user and of authors the user still follows,
+// trims it to its cap, and announces a RESYNC if anything was added.
 //
 // KEYS[1] -> w:u:{<id>}:home
 // KEYS[2] -> w:u:{<id>}:following
 // ARGV[1] -> home timeline cap
 // ARGV[2] -> the home channel
-// ARGV[3..] -> post seq, post id, author id, …
+// ARGV[3] -> the user's id
+// ARGV[4..] -> post seq, post id, author id, …
 //
 // Returns how many posts were added.
-var rebuildScript = newPubScript(`
-local added = 0
-for i = 3, #ARGV, 3 do
-	if redis.call('ZSCORE', KEYS[2], ARGV[i + 2]) then
-		added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+var rebuildScript = newPubScript(addCappedLua + `
+local entries = {}
+for i = 4, #ARGV, 3 do
+	if ARGV[i + 2] == ARGV[3] or redis.call('ZSCORE', KEYS[2], ARGV[i + 2]) then
+		entries[#entries + 1] = ARGV[i]
+		entries[#entries + 1] = ARGV[i + 1]
 	end
 end
+local added = addAllCapped(KEYS[1], tonumber(ARGV[1]), entries)
 if added > 0 then
-	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(tonumber(ARGV[1]) + 1))
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	redis.call('PUBLISH', ARGV[2], 'S ' .. (top[2] or '0'))
 end
@@ -132,18 +149,18 @@ return added
 `)
 
 // rebuildHome brings the home timeline of a user back from inactivity: the
-// posts of everyone the user follows that are newer than newest, the
-// timeline's newest entry when fan-out stopped skipping the user, at most
-// HomeCap of them, merged by seq. Three round trips: the following set;
-// the followees' posts; the write.
+// posts of everyone the user follows, and the user's own, that are newer
+// than newest, the timeline's newest entry when fan-out stopped skipping
+// the user, at most HomeCap of them, merged by seq. (The user's own posts
+// are in a timeline that fan-out skipped, but not in one that
+// dropIdleHomes dropped, which has newest 0.) Three round trips: the
+// following set; the posts; the write.
 func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) error {
 	following, err := db.client.ZRange(ctx, followingKey(userID), 0, -1).Result()
 	if err != nil {
 		return fmt.Errorf("rebuild home of %s: %w", userID, err)
 	}
-	if len(following) == 0 {
-		return nil
-	}
+	following = append(following, userID)
 	capN := int64(db.opts.HomeCap)
 	pipe := db.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, len(following))
@@ -163,8 +180,8 @@ func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) erro
 	if len(entries) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 2+3*len(entries))
-	args = append(args, db.opts.HomeCap, homeChannel(userID))
+	args := make([]any, 0, 3+3*len(entries))
+	args = append(args, db.opts.HomeCap, homeChannel(userID), userID)
 	for _, e := range entries {
 		args = append(args, strconv.FormatInt(e.seq, 10), e.postID, postAuthor(e.postID))
 	}
@@ -173,7 +190,7 @@ func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) erro
 		return fmt.Errorf("rebuild home of %s: %w", userID, err)
 	}
 	db.log.InfoContext(ctx, "rebuilt the home timeline of a returning user", "user", userID,
-		"following", len(following), "added", added)
+		"following", len(following)-1, "added", added)
 	return nil
 }
 
@@ -181,4 +198,221 @@ func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) erro
 func postAuthor(postID string) string {
 	author, _, _ := splitPostID(postID)
 	return author
+}
+
+// Idle home timelines. A user unseen for InactiveAfter gets nothing from
+// fan-out, and their home timeline is rebuilt when they come back, so
+// keeping it only costs memory: about 29 KB as a listpack, 126 KB as a
+// skiplist, for a full one. The sweeping worker of each process drops
+// those timelines (dropIdleHomes), finding their owners in the seen index
+// of each fan-out shard (seenIndexKey) rather than by scanning keys.
+//
+// A drop and a return cannot leave a user with an empty home timeline.
+// dropHomeScript checks the user's seenKey in the same atomic step as the
+// DEL, so it drops nothing of a user that touchScript has recorded; and
+// it sets seenKey to 0, so that the return that follows a drop always
+// finds the user inactive, whatever the clocks of the worker and of the
+// server say, and rebuilds the timeline from everything (touchScript then
+// reads no newest entry: newest 0). The index entry of a dropped user
+// leaves only if it still holds the time the worker read, so a return that
+// indexed the user again meanwhile keeps its entry.
+const (
+	dropBatch    = 500    // users one round trip of dropIdleHomes looks at
+	dropPerSweep = 20_000 // users one sweep looks at, at most: a backlog waits for the next
+)
+
+// dropHomeScript drops the home timeline of a user not seen since the
+// cutoff, and marks the user as seen at 0, so that their next request
+// rebuilds it.
+//
+// KEYS[1] -> w:u:{<id>}:seen
+// KEYS[2] -> w:u:{<id>}:home
+// ARGV[1] -> the inactive cutoff, unix ms
+//
+// Returns -1 if it dropped the timeline (or the user had none), -2 if the
+// user has no seenKey (counts as active, see doc.go), else the time the
+// user was seen, at or after the cutoff.
+var dropHomeScript = redis.NewScript(`
+local seen = redis.call('GET', KEYS[1])
+if not seen then
+	return -2
+end
+if tonumber(seen) >= tonumber(ARGV[1]) then
+	return tonumber(seen)
+end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], '0')
+return -1
+`)
+
+// reindexSeenScript updates entries of a seen index that still hold the
+// score the caller read: each is removed, or given a new score.
+//
+// KEYS[1] -> w:{fanout}:seen (or a shard's)
+// ARGV[1..] -> user id, score read, new score ("" to remove), …
+//
+// Returns how many entries it changed.
+var reindexSeenScript = redis.NewScript(`
+local changed = 0
+for i = 1, #ARGV, 3 do
+	local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+	if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+		if ARGV[i + 2] == '' then
+			redis.call('ZREM', KEYS[1], ARGV[i])
+		else
+			redis.call('ZADD', KEYS[1], ARGV[i + 2], ARGV[i])
+		end
+		changed = changed + 1
+	end
+end
+return changed
+`)
+
+// dropIdleHomes drops the home timelines of the users not seen since
+// cutoff, at most dropPerSweep of them, and returns how many it dropped.
+func (db *DB) dropIdleHomes(ctx context.Context, cutoff time.Time) (int, error) {
+	dropped, looked := 0, 0
+	for shard := range max(1, db.opts.FanOutShards) {
+		for looked < dropPerSweep {
+			n, seen, err := db.dropIdleBatch(ctx, shard, cutoff.UnixMilli())
+			dropped, looked = dropped+n, looked+seen
+			if err != nil {
+				return dropped, fmt.Errorf("drop idle home timelines of shard %d: %w", shard, err)
+			}
+			if seen < dropBatch {
+				break
+			}
+		}
+	}
+	if dropped > 0 {
+		db.log.InfoContext(ctx, "dropped the home timelines of inactive users; each is rebuilt on the user's next request",
+			"dropped", dropped, "inactive_since", cutoff)
+	}
+	return dropped, nil
+}
+
+// dropIdleBatch drops the home timelines of the users of one batch of a
+// shard's seen index that are older than cutoff (unix ms). It returns how
+// many it dropped and how many users it looked at.
+func (db *DB) dropIdleBatch(ctx context.Context, shard int, cutoff int64) (dropped, looked int, err error) {
+	index := seenIndexKey(shard)
+	entries, err := db.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: index, Start: "-inf", Stop: "(" + strconv.FormatInt(cutoff, 10), ByScore: true, Count: dropBatch,
+	}).Result()
+	if err != nil || len(entries) == 0 {
+		return 0, 0, err
+	}
+	if db.dropStep != nil {
+		db.dropStep("read")
+	}
+	results := make([]*redis.Cmd, len(entries))
+	err = runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		for i, e := range entries {
+			userID, _ := e.Member.(string)
+			results[i] = dropHomeScript.EvalSha(ctx, pipe, []string{seenKey(userID), homeKey(userID)}, cutoff)
+		}
+	}, dropHomeScript)
+	if err != nil {
+		return 0, 0, err
+	}
+	if db.dropStep != nil {
+		db.dropStep("dropped")
+	}
+	args := make([]any, 0, 3*len(entries))
+	for i, e := range entries {
+		userID, _ := e.Member.(string)
+		seen, err := results[i].Int64()
+		if err != nil {
+			return 0, 0, err
+		}
+		next := "" // dropped, or no seenKey: out of the index
+		if seen == -1 {
+			dropped++
+		} else if seen >= 0 {
+			next = strconv.FormatInt(seen, 10) // seen since: back when they may be idle
+		}
+		args = append(args, userID, strconv.FormatFloat(e.Score, 'f', -1, 64), next)
+	}
+	if err := reindexSeenScript.Run(ctx, db.client, []string{index}, args...).Err(); err != nil {
+		return dropped, len(entries), err
+	}
+	return dropped, len(entries), nil
+}
+
+// backfillSeenIndex adds to the seen indexes every user recorded as seen by
+// a Warble from before them, so that their home timelines too are dropped
+// once they are idle (most of them, a release after the upgrade: those who
+// come back are indexed by Seen anyway). Like backfillOutboxIndex, it SCANs
+// every master once per database, at a sweeping worker's first sweep, and
+// then records seenBackfillKey; two workers that do it at once add the
+// same entries (NX: an entry's time stays); an empty database gets no
+// marker.
+func (db *DB) backfillSeenIndex(ctx context.Context) error {
+	if n, err := db.client.Exists(ctx, seenBackfillKey).Result(); err != nil {
+		return fmt.Errorf("backfill the seen index: %w", err)
+	} else if n == 1 {
+		return nil
+	}
+	var mu sync.Mutex
+	var keys []string
+	var total int64
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		n, err := c.DBSize(ctx).Result()
+		if err != nil || n == 0 {
+			return err
+		}
+		iter := c.Scan(ctx, 0, prefix+"u:{*}:seen", sweepCount).Iterator()
+		var found []string
+		for iter.Next(ctx) {
+			found = append(found, iter.Val())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total += n
+		keys = append(keys, found...)
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := db.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, db.client)
+	}
+	if err != nil {
+		return fmt.Errorf("backfill the seen index: scan: %w", err)
+	} else if total == 0 {
+		return nil
+	}
+	indexed := 0
+	for chunk := range slices.Chunk(keys, sweepCount) {
+		pipe := db.client.Pipeline()
+		gets := make([]*redis.StringCmd, len(chunk))
+		for i, key := range chunk {
+			gets[i] = pipe.Get(ctx, key)
+		}
+		pipe.Exec(ctx) // each answer is checked below
+		pipe = db.client.Pipeline()
+		for i, key := range chunk {
+			at, err := gets[i].Int64()
+			if errors.Is(err, redis.Nil) || (err == nil && at == 0) {
+				continue // gone, or dropped already
+			} else if err != nil {
+				return fmt.Errorf("backfill the seen index: read %s: %w", key, err)
+			}
+			userID := strings.TrimSuffix(strings.TrimPrefix(key, prefix+"u:{"), "}:seen")
+			pipe.ZAddNX(ctx, seenIndexKey(db.fanOutShard(userID)), redis.Z{Score: float64(at), Member: userID})
+			indexed++
+		}
+		if pipe.Len() == 0 {
+			continue
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("backfill the seen index: %w", err)
+		}
+	}
+	if err := db.client.Set(ctx, seenBackfillKey, db.now().UnixMilli(), 0).Err(); err != nil {
+		return fmt.Errorf("backfill the seen index: %w", err)
+	}
+	db.log.InfoContext(ctx, "seen index backfilled from the users' seen times", "users", indexed)
+	return nil
 }

@@ -185,6 +185,55 @@ func outboxIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":out
 // backfillOutboxIndex), and never expires.
 var outboxBackfillKey = outboxIndexKey(0) + ":backfilled"
 
+// seenIndexKey is a ZSET of the users of one fan-out shard (fanOutShard of
+// the user id) whose home timeline may be dropped once they go inactive,
+// scored by when they were last recorded seen (unix ms): w:{fanout}:seen,
+// w:{fanout:<i>}:seen. Seen adds a user; dropIdleHomes reads the oldest
+// entries and takes out the users whose home it dropped (see inactive.go).
+// It is an index, not the truth: seenKey is.
+func seenIndexKey(shard int) string { return prefix + fanoutTag(shard) + ":seen" }
+
+// seenBackfillKey is a STRING holding when the seen indexes were filled
+// from the seenKeys of users recorded before them (unix ms), in shard 0's
+// slot: w:{fanout}:seen:backfilled. Written once per database (see
+// backfillSeenIndex), it never expires.
+var seenBackfillKey = seenIndexKey(0) + ":backfilled"
+
+// archiveDueKey is a ZSET of the authors of one fan-out shard (see
+// fanOutShard) who have posts to move to the archive, scored by when they
+// are due (unix ms): now for an author past Options.PostsInRedis posts,
+// their oldest post's time plus Options.PostsInRedisFor otherwise; while
+// a mover works on an author, the end of its lease. Kept only with an
+// archive: w:{fanout}:archive:due, w:{fanout:<i>}:archive:due. See mover.go.
+func archiveDueKey(shard int) string { return prefix + fanoutTag(shard) + ":archive:due" }
+
+// archiveBackfillKey is a STRING holding when the due indexes were filled
+// from the posts sets that Warble had before its archive (unix ms), in
+// shard 0's slot: w:{fanout}:archive:backfilled. Written once per
+// database, by the first mover (see backfillArchiveDue).
+var archiveBackfillKey = archiveDueKey(0) + ":backfilled"
+
+// movingKey is a STRING holding the token of the mover moving some of a
+// user's posts to the archive now, expiring with its lease:
+// w:u:{<id>}:moving. While it exists, a deleted post's id goes into
+// archiveGoneKey, since the mover may have written its row.
+func movingKey(userID string) string { return userKey(userID) + ":moving" }
+
+// archiveGoneKey is a SET of the ids of a user's deleted posts whose rows
+// may still be in the archive: deleted while a mover held movingKey, or
+// archived posts being deleted. The mover deletes those rows and then the
+// ids: w:u:{<id>}:archive:gone.
+func archiveGoneKey(userID string) string { return userKey(userID) + ":archive:gone" }
+
+// archivedPostsField is the field of a user's hash (userKey) that counts
+// their posts in the archive, so that postsCount, the size of their posts
+// set plus this, stays exact as posts move.
+const archivedPostsField = "archivedPosts"
+
+// The mover also keeps movingUpTo in a user's hash while a move of their
+// posts has not ended: the highest seq it may have written to the archive
+// (see mover.go).
+
 // homeChannel carries the events of one user's home timeline, with the
 // user's hash tag, so that on a cluster it is a shard channel of the home
 // timeline's slot: w:ch:{<id>}:home.
@@ -203,6 +252,9 @@ type Layout struct{}
 
 // Keys is the data layout, for programs outside this package.
 var Keys Layout
+
+// PostSeq is the counter of post seqs.
+func (Layout) PostSeq() string { return postSeqKey }
 
 // UserSeq is the counter of user ids.
 func (Layout) UserSeq() string { return userSeqKey }
@@ -239,6 +291,12 @@ func (Layout) Following(userID string) string { return followingKey(userID) }
 
 // Seen holds when a user was last seen.
 func (Layout) Seen(userID string) string { return seenKey(userID) }
+
+// SeenIndex is the seen index that holds a user, among shards fan-out
+// shards (see Options.FanOutShards).
+func (Layout) SeenIndex(userID string, shards int) string {
+	return seenIndexKey(shardOf(userID, shards))
+}
 
 // Post is a post's hash.
 func (Layout) Post(authorID, seq string) string { return postKey(authorID, seq) }

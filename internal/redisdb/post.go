@@ -48,18 +48,18 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // ARGV[8] -> the added message for both channels
 // ARGV[9] -> the outbox entry of the fan-out job, or "" for none
 //
-// Returns 1.
-var createPostScript = newPubScript(`
+// Returns how many posts the author has in Redis now, which tells whether
+// they are due for the archive's mover (see mover.go).
+var createPostScript = newPubScript(addCappedLua + `
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
 redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])
-redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[5]) + 1))
+addCapped(KEYS[3], tonumber(ARGV[5]), ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[6], ARGV[8])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
-return 1
+return redis.call('ZCARD', KEYS[2])
 `)
 
 // deletePostScript deletes a post and takes it off its author's own
@@ -67,12 +67,18 @@ return 1
 // changes nothing.
 //
 // With a fan-out job to queue (ARGV[5]), it records the job in the author's
-// outbox, as createPostScript does.
+// outbox, as createPostScript does. While a move of the author's posts has
+// not ended (it holds KEYS[5], or a mover that died left movingUpTo in
+// KEYS[7]), it notes the id for the movers, since one may have written
+// the post to the archive (see mover.go).
 //
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
 // KEYS[3] -> w:u:{<author>}:home
 // KEYS[4] -> w:u:{<author>}:outbox
+// KEYS[5] -> w:u:{<author>}:moving
+// KEYS[6] -> w:u:{<author>}:archive:gone
+// KEYS[7] -> w:u:{<author>}     (the user hash)
 // ARGV[1] -> post id
 // ARGV[2] -> the author's user channel
 // ARGV[3] -> the author's home channel
@@ -80,10 +86,15 @@ return 1
 // ARGV[5] -> the outbox entry of the fan-out job, or "" for none
 // ARGV[6] -> now, unix ms
 //
-// Returns 1 if the post was deleted, 0 if there was no such post.
+// Returns 1 if the post was deleted, 2 if it was and its id was noted for
+// the movers, 0 if there was no such post.
 var deletePostScript = newPubScript(`
 if redis.call('DEL', KEYS[1]) == 0 then
 	return 0
+end
+local noted = 0
+if redis.call('EXISTS', KEYS[5]) == 1 or redis.call('HEXISTS', KEYS[7], 'movingUpTo') == 1 then
+	noted = redis.call('SADD', KEYS[6], ARGV[1])
 end
 if ARGV[5] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[6], ARGV[5])
@@ -93,7 +104,7 @@ redis.call('PUBLISH', ARGV[2], ARGV[4])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
 	redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
-return 1
+return 1 + noted
 `)
 
 // CreatePost implements warble.PostService. The author's own timelines get
@@ -132,10 +143,10 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 			return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 		}
 	}
-	err = s.db.pub(createPostScript).Run(ctx, s.db.client,
+	inRedis, err := s.db.pub(createPostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
 		seqText, id, body, msString(createdAt), s.db.opts.HomeCap,
-		userChannel(authorID), homeChannel(authorID), added, job).Err()
+		userChannel(authorID), homeChannel(authorID), added, job).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
@@ -152,13 +163,19 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		}
 	}
 	// One round trip for the rest: the global timeline, the job out of the
-	// outbox (once it is queued), and the author for the answer.
+	// outbox (once it is queued), the author into the archive's due index
+	// when the post makes them due, and the author for the answer.
 	var global *redis.Cmd
+	var due *redis.IntCmd
 	var author func(context.Context) ([]*warble.User, error)
+	dueAt := s.db.dueAfterPost(inRedis, createdAt)
 	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 		global = s.db.listGlobal(ctx, pipe, seqText, id, added)
 		if queued {
 			unqueueJob(ctx, pipe, s.db.fanOutShard(authorID), opDeliver, id)
+		}
+		if dueAt > 0 {
+			due = s.db.markDue(ctx, pipe, authorID, dueAt)
 		}
 		author = s.db.queueUsers(ctx, pipe, []string{authorID})
 	}, s.db.pub(deliverScript))
@@ -168,6 +185,10 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	}
 	if gerr != nil {
 		s.db.log.WarnContext(ctx, "add post to global timeline; its fan-out job will", "post", id, "err", gerr)
+	}
+	if due != nil && due.Err() != nil {
+		// The author's next post marks them again.
+		s.db.log.WarnContext(ctx, "mark author due for the archive", "author", authorID, "err", due.Err())
 	}
 	if !s.db.opts.AsyncFanOut {
 		if err := s.db.fanOut(ctx, authorID, seq, id, startCursor, fanOutChunk, noSave); err != nil {
@@ -207,16 +228,21 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	if !ok {
 		return errPostNotFound
 	}
+	seq, _ := strconv.ParseInt(seqText, 10, 64)
 	if owner != authorID {
 		n, err := s.db.client.Exists(ctx, postKey(owner, seqText)).Result()
 		if err != nil {
 			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
-		} else if n == 0 {
-			return errPostNotFound
+		}
+		if n == 0 {
+			if archived, err := s.db.archived(ctx, postID); err != nil {
+				return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
+			} else if !archived {
+				return errPostNotFound
+			}
 		}
 		return warble.Errorf(warble.EFORBIDDEN, "You can only delete your own posts.")
 	}
-	seq, _ := strconv.ParseInt(seqText, 10, 64)
 	removed := encodeRemoved(seq, postID)
 	job := ""
 	if s.db.opts.AsyncFanOut {
@@ -227,23 +253,42 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 		if n, err := s.db.client.Exists(ctx, postKey(authorID, seqText)).Result(); err != nil {
 			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 		} else if n == 0 {
-			return errPostNotFound
+			return s.deleteArchived(ctx, authorID, postID, seq)
 		}
 		if err := s.db.indexJob(ctx, opUndeliver, postID); err != nil {
 			return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 		}
 	}
 	n, err := s.db.pub(deletePostScript).Run(ctx, s.db.client,
-		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID),
+			movingKey(authorID), archiveGoneKey(authorID), userKey(authorID)},
 		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now())).Int64()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 	} else if n == 0 {
-		return errPostNotFound
+		// Gone, or moved to the archive since it was looked for.
+		return s.deleteArchived(ctx, authorID, postID, seq)
 	}
 
 	ctx = context.WithoutCancel(ctx)
-	err = s.db.unlistGlobal(ctx, seq, postID)
+	if n == 2 {
+		// A move may have written the post's row. The mover deletes it,
+		// and forgets the id, once its own writes are done; this deletes
+		// it now for readers, and covers a mover that stalled past its
+		// lease (see mover.go).
+		if err := s.db.opts.Archive.DeletePosts(ctx, []string{postID}); err != nil {
+			s.db.log.WarnContext(ctx, "delete post from the archive; a mover will", "post", postID, "err", err)
+		}
+	}
+	s.afterDelete(ctx, authorID, seq, postID)
+	return nil
+}
+
+// afterDelete takes a deleted post off the global timeline and the
+// followers' home timelines. Failures are logged: the post is gone by
+// then, and timeline reads skip ids whose post is gone.
+func (s *PostService) afterDelete(ctx context.Context, authorID string, seq int64, postID string) {
+	err := s.db.unlistGlobal(ctx, seq, postID)
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from global timeline", "post", postID, "err", err)
 	}
@@ -255,7 +300,6 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	if err != nil {
 		s.db.log.ErrorContext(ctx, "remove post from followers' timelines", "post", postID, "err", err)
 	}
-	return nil
 }
 
 // FindPostByID implements warble.PostService.

@@ -28,13 +28,16 @@ const (
 // fanOutShard returns the shard of an author's fan-out jobs: the same one
 // for all of them, so that an author's jobs are done in the order queued
 // when one worker is free, as with a single stream.
-func (db *DB) fanOutShard(authorID string) int {
-	if db.opts.FanOutShards <= 1 {
+func (db *DB) fanOutShard(authorID string) int { return shardOf(authorID, db.opts.FanOutShards) }
+
+// shardOf returns the fan-out shard of a user among shards.
+func shardOf(userID string, shards int) int {
+	if shards <= 1 {
 		return 0
 	}
 	h := fnv.New32a()
-	h.Write([]byte(authorID))
-	return int(h.Sum32() % uint32(db.opts.FanOutShards))
+	h.Write([]byte(userID))
+	return int(h.Sum32() % uint32(shards))
 }
 
 // indexJob records a job in its shard's outbox index (outboxIndexKey),

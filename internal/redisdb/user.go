@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -128,7 +129,7 @@ func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string
 func (db *DB) findUserCounts(ctx context.Context, ids []string) ([]warble.UserCounts, error) {
 	type countCmds struct {
 		followers, following, posts *redis.IntCmd
-		state                       *redis.StringCmd
+		fields                      *redis.SliceCmd // where the followers are; how many posts are archived
 	}
 	counts := make([]warble.UserCounts, len(ids))
 	cmds := make([]countCmds, len(ids))
@@ -143,7 +144,7 @@ func (db *DB) findUserCounts(ctx context.Context, ids []string) ([]warble.UserCo
 		followers := pipe.ZCard(ctx, followersKey(id))
 		cmds[i] = countCmds{
 			followers: followers,
-			state:     pipe.HGet(ctx, userKey(id), followerBucketsField),
+			fields:    pipe.HMGet(ctx, userKey(id), followerBucketsField, archivedPostsField),
 			following: pipe.ZCard(ctx, followingKey(id)),
 			posts:     pipe.ZCard(ctx, postsKey(id)),
 		}
@@ -151,9 +152,7 @@ func (db *DB) findUserCounts(ctx context.Context, ids []string) ([]warble.UserCo
 	if pipe.Len() == 0 {
 		return counts, nil
 	}
-	// A missing field is redis.Nil, which Exec reports; the others are
-	// checked one by one.
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("count %d users: %w", len(ids), err)
 	}
 	var bucketed []int // indexes of users whose followers are in buckets
@@ -162,13 +161,13 @@ func (db *DB) findUserCounts(ctx context.Context, ids []string) ([]warble.UserCo
 		if c.followers == nil {
 			continue
 		}
-		for _, cmd := range []redis.Cmder{c.followers, c.following, c.posts, c.state} {
-			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				return nil, fmt.Errorf("count %d users: %w", len(ids), err)
-			}
-		}
-		counts[i] = warble.UserCounts{Followers: int(c.followers.Val()), Following: int(c.following.Val()), Posts: int(c.posts.Val())}
-		if n := parseFollowerState(c.state.Val()).buckets; n > 0 {
+		fields := c.fields.Val()
+		state, _ := fields[0].(string)
+		// Posts moved to the archive count as much as those in Redis.
+		archived, _ := fields[1].(string)
+		archivedN, _ := strconv.Atoi(archived)
+		counts[i] = warble.UserCounts{Followers: int(c.followers.Val()), Following: int(c.following.Val()), Posts: int(c.posts.Val()) + archivedN}
+		if n := parseFollowerState(state).buckets; n > 0 {
 			bucketed, buckets = append(bucketed, i), append(buckets, n)
 		}
 	}

@@ -39,6 +39,10 @@ type WorkerOptions struct {
 	// of each process is enough.
 	Sweep      bool
 	SweepEvery time.Duration
+	// Move has this worker also move posts to the archive, when the DB
+	// has one (see mover.go), between its fan-out jobs. One worker of
+	// each process is enough; more move more authors at once.
+	Move bool
 }
 
 // Worker runs fan-out jobs from the stream. Any number of workers, in any
@@ -51,8 +55,15 @@ type Worker struct {
 	nextClaim time.Time // when this worker looks for jobs of dead workers next
 	nextSweep time.Time // when this worker sweeps the outboxes next
 	// backfilled is set once this worker knows the outbox index holds
-	// the jobs of the outboxes from before it (see backfillOutboxIndex).
-	backfilled bool
+	// the jobs of the outboxes from before it (see backfillOutboxIndex),
+	// and seenBackfilled once it knows the seen index holds the users
+	// recorded before it (see backfillSeenIndex).
+	backfilled, seenBackfilled bool
+	nextMove                   time.Time // when this idle mover looks for due authors next
+	moveShard                  int       // the shard whose due index it looks at first
+	// dueBackfilled is set once this worker knows the archive's due index
+	// holds the authors of the posts from before it (backfillArchiveDue).
+	dueBackfilled bool
 }
 
 var workerCount atomic.Int64
@@ -96,7 +107,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		news := watch.news()
 		n, err := 0, w.maybeSweep(ctx)
 		if err == nil {
-			n, err = w.step(ctx)
+			n, err = w.maybeMove(ctx)
+		}
+		if err == nil {
+			var jobs int
+			jobs, err = w.step(ctx)
+			n += jobs
 		}
 		if err == nil || ctx.Err() != nil {
 			pause = 0
@@ -122,7 +138,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // maybeSweep sweeps the outboxes if this worker sweeps and its time has
 // come: at its start, then every SweepEvery, give or take a tenth so that
 // processes started together spread out. The first sweep of a database
-// backfills the outbox index first.
+// backfills the outbox index first. Each sweep then drops the home
+// timelines of the users gone inactive (see dropIdleHomes).
 func (w *Worker) maybeSweep(ctx context.Context) error {
 	if !w.opts.Sweep || time.Now().Before(w.nextSweep) {
 		return nil
@@ -135,8 +152,47 @@ func (w *Worker) maybeSweep(ctx context.Context) error {
 		}
 		w.backfilled = true
 	}
-	_, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter))
+	if _, err := w.db.sweepOutboxes(ctx, w.db.opts.Now().Add(-sweepAfter)); err != nil {
+		return err
+	}
+	if w.db.opts.InactiveAfter < 0 {
+		return nil
+	}
+	if !w.seenBackfilled {
+		if err := w.db.backfillSeenIndex(ctx); err != nil {
+			return err
+		}
+		w.seenBackfilled = true
+	}
+	_, err := w.db.dropIdleHomes(ctx, w.db.opts.Now().Add(-w.db.opts.InactiveAfter))
 	return err
+}
+
+// maybeMove moves the due posts of one author to the archive, if this
+// worker moves and the DB has an archive; an idle mover looks for due
+// authors at most every IdleLook. It reports 1 if it found an author, so
+// that the worker goes on without waiting. The first pass of a database
+// backfills the due index first.
+func (w *Worker) maybeMove(ctx context.Context) (int, error) {
+	if !w.opts.Move || w.db.opts.Archive == nil || time.Now().Before(w.nextMove) {
+		return 0, nil
+	}
+	if !w.dueBackfilled {
+		if err := w.db.backfillArchiveDue(ctx); err != nil {
+			return 0, err
+		}
+		w.dueBackfilled = true
+	}
+	_, found, err := w.db.moveDue(ctx, w.moveShard)
+	w.moveShard = (w.moveShard + 1) % len(w.ready)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		w.nextMove = time.Now().Add(w.opts.IdleLook)
+		return 0, nil
+	}
+	return 1, nil
 }
 
 // step runs at most one job, without waiting for one: first one of a dead
@@ -354,9 +410,7 @@ func (j *jobWatch) watch(ctx context.Context, db *DB, client redis.UniversalClie
 func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient, func()) {
 	switch c := c.(type) {
 	case *redis.Client:
-		opts := *c.Options()
-		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = conns, 0, conns
-		d := redis.NewClient(&opts)
+		d := redis.NewClient(serverOptions(c.Options(), conns))
 		return d, func() { d.Close() }
 	case *redis.ClusterClient:
 		// Its pool per node grows to the blocked reads on that node.
@@ -366,6 +420,39 @@ func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient,
 		return d, func() { d.Close() }
 	}
 	return c, func() {}
+}
+
+// serverOptions returns options for a client of the server that o's client
+// talks to, with the same connection settings and room for conns
+// connections. It copies the settings one by one rather than the whole
+// struct: go-redis writes some of its client's options while it runs (the
+// maintenance notifications' mode, when its first connection finds that
+// the server has none), and a copy of the whole would read them
+// unsynchronized.
+func serverOptions(o *redis.Options, conns int) *redis.Options {
+	return &redis.Options{
+		Network:                    o.Network,
+		Addr:                       o.Addr,
+		Dialer:                     o.Dialer,
+		Protocol:                   o.Protocol,
+		Username:                   o.Username,
+		Password:                   o.Password,
+		CredentialsProvider:        o.CredentialsProvider,
+		CredentialsProviderContext: o.CredentialsProviderContext,
+		DB:                         o.DB,
+		ClientName:                 o.ClientName,
+		TLSConfig:                  o.TLSConfig,
+		DialTimeout:                o.DialTimeout,
+		DialerRetries:              o.DialerRetries,
+		ReadTimeout:                o.ReadTimeout,
+		WriteTimeout:               o.WriteTimeout,
+		PoolTimeout:                o.PoolTimeout,
+		MaxRetries:                 o.MaxRetries,
+		MinRetryBackoff:            o.MinRetryBackoff,
+		MaxRetryBackoff:            o.MaxRetryBackoff,
+		PoolSize:                   conns,
+		MaxIdleConns:               conns,
+	}
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.

@@ -33,6 +33,9 @@ e2e('following from a profile page fills the home timeline', () => env, async (t
   await header.getByText('Followed by 1 person you follow: Ida Noddack').waitFor();
   await header.getByText('1 follower in common with you: Jo Ann').waitFor();
   assert.doesNotMatch(await page.locator('main').innerText(), /\b(null|undefined|false|NaN)\b/, 'no stray values on screen');
+  // The header and the posts come from separate queries: wait for the
+  // posts before counting them (a count does not wait).
+  await page.getByRole('article').filter({ hasText: 'Gus post number 1' }).waitFor();
   assert.equal(await page.getByRole('article').count(), 3);
   await waitLive(page);
 
