@@ -175,6 +175,9 @@ type SubscriptionResolver interface {
 	UserPosts(ctx context.Context, username string, after *string) (<-chan *warble.TimelineEvent, error)
 }
 type UserResolver interface {
+	FollowersCount(ctx context.Context, obj *warble.User) (int, error)
+	FollowingCount(ctx context.Context, obj *warble.User) (int, error)
+	PostsCount(ctx context.Context, obj *warble.User) (int, error)
 	Posts(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.Timeline, error)
 	Followers(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error)
 	Following(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.UserConnection, error)
@@ -3201,7 +3204,7 @@ func (ec *executionContext) _User_followersCount(ctx context.Context, field grap
 			return ec.fieldContext_User_followersCount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.FollowersCount, nil
+			return ec.Resolvers.User().FollowersCount(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -3212,7 +3215,7 @@ func (ec *executionContext) _User_followersCount(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_User_followersCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type Int does not have child fields"))
+	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _User_followingCount(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3224,7 +3227,7 @@ func (ec *executionContext) _User_followingCount(ctx context.Context, field grap
 			return ec.fieldContext_User_followingCount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.FollowingCount, nil
+			return ec.Resolvers.User().FollowingCount(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -3235,7 +3238,7 @@ func (ec *executionContext) _User_followingCount(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_User_followingCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type Int does not have child fields"))
+	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _User_postsCount(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3247,7 +3250,7 @@ func (ec *executionContext) _User_postsCount(ctx context.Context, field graphql.
 			return ec.fieldContext_User_postsCount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.PostsCount, nil
+			return ec.Resolvers.User().PostsCount(ctx, obj)
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -3258,7 +3261,7 @@ func (ec *executionContext) _User_postsCount(ctx context.Context, field graphql.
 	)
 }
 func (ec *executionContext) fieldContext_User_postsCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type Int does not have child fields"))
+	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _User_posts(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -5032,7 +5035,7 @@ func (ec *executionContext) _AuthPayload(ctx context.Context, sel ast.SelectionS
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5070,7 +5073,7 @@ func (ec *executionContext) _CreatePostPayload(ctx context.Context, sel ast.Sele
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5108,7 +5111,7 @@ func (ec *executionContext) _DeletePostPayload(ctx context.Context, sel ast.Sele
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5151,7 +5154,7 @@ func (ec *executionContext) _FollowPayload(ctx context.Context, sel ast.Selectio
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5248,7 +5251,7 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5291,7 +5294,7 @@ func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet,
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5377,7 +5380,7 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5420,7 +5423,7 @@ func (ec *executionContext) _PostEdge(ctx context.Context, sel ast.SelectionSet,
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5607,7 +5610,7 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5674,7 +5677,7 @@ func (ec *executionContext) _Timeline(ctx context.Context, sel ast.SelectionSet,
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5727,7 +5730,7 @@ func (ec *executionContext) _TimelineEvent(ctx context.Context, sel ast.Selectio
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -5768,20 +5771,119 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "followersCount":
-			out.Values[i] = ec._User_followersCount(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._User_followersCount(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
 			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "followingCount":
-			out.Values[i] = ec._User_followingCount(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._User_followingCount(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
 			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "postsCount":
-			out.Values[i] = ec._User_postsCount(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._User_postsCount(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
 			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "posts":
 			field := field
 
@@ -6099,7 +6201,7 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6180,7 +6282,7 @@ func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.Selecti
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6228,7 +6330,7 @@ func (ec *executionContext) _UserEdge(ctx context.Context, sel ast.SelectionSet,
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6286,7 +6388,7 @@ func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionS
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6339,7 +6441,7 @@ func (ec *executionContext) ___EnumValue(ctx context.Context, sel ast.SelectionS
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6402,7 +6504,7 @@ func (ec *executionContext) ___Field(ctx context.Context, sel ast.SelectionSet, 
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6465,7 +6567,7 @@ func (ec *executionContext) ___InputValue(ctx context.Context, sel ast.Selection
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6528,7 +6630,7 @@ func (ec *executionContext) ___Schema(ctx context.Context, sel ast.SelectionSet,
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6616,7 +6718,7 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 	ec.ProcessDeferredGroup(graphql.DeferredGroup{
 		Defers:   deferLabelToView,
-		Path:     graphql.GetPath(ctx),
+		Path:     deferredPath(ctx, deferLabelToView),
 		FieldSet: deferredFieldSet,
 		Context:  ctx,
 	})
@@ -6751,7 +6853,7 @@ func (ec *executionContext) marshalNPost2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋint
 }
 
 func (ec *executionContext) marshalNPostEdge2ᚕᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPostEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*warble.PostEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNPostEdge2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPostEdge(ctx, sel, v[i])
@@ -6851,7 +6953,7 @@ func (ec *executionContext) marshalNTimelineEventKind2githubᚗcomᚋwarbleᚋwa
 }
 
 func (ec *executionContext) marshalNUser2ᚕᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUserᚄ(ctx context.Context, sel ast.SelectionSet, v []*warble.User) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(ctx, sel, v[i])
@@ -6887,7 +6989,7 @@ func (ec *executionContext) marshalNUserConnection2ᚖgithubᚗcomᚋwarbleᚋwa
 }
 
 func (ec *executionContext) marshalNUserEdge2ᚕᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUserEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*warble.UserEdge) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNUserEdge2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUserEdge(ctx, sel, v[i])
@@ -6917,7 +7019,7 @@ func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlge
 }
 
 func (ec *executionContext) marshalN__Directive2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirectiveᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.Directive) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx, sel, v[i])
@@ -6963,7 +7065,7 @@ func (ec *executionContext) unmarshalN__DirectiveLocation2ᚕstringᚄ(ctx conte
 }
 
 func (ec *executionContext) marshalN__DirectiveLocation2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__DirectiveLocation2string(ctx, sel, v[i])
@@ -6991,7 +7093,7 @@ func (ec *executionContext) marshalN__InputValue2githubᚗcomᚋ99designsᚋgqlg
 }
 
 func (ec *executionContext) marshalN__InputValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐInputValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.InputValue) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__InputValue2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐInputValue(ctx, sel, v[i])
@@ -7011,7 +7113,7 @@ func (ec *executionContext) marshalN__Type2githubᚗcomᚋ99designsᚋgqlgenᚋg
 }
 
 func (ec *executionContext) marshalN__Type2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐTypeᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.Type) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__Type2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(ctx, sel, v[i])
@@ -7179,7 +7281,7 @@ func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgq
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__EnumValue2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValue(ctx, sel, v[i])
@@ -7198,7 +7300,7 @@ func (ec *executionContext) marshalO__Field2ᚕgithubᚗcomᚋ99designsᚋgqlgen
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__Field2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐField(ctx, sel, v[i])
@@ -7217,7 +7319,7 @@ func (ec *executionContext) marshalO__InputValue2ᚕgithubᚗcomᚋ99designsᚋg
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__InputValue2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐInputValue(ctx, sel, v[i])
@@ -7243,7 +7345,7 @@ func (ec *executionContext) marshalO__Type2ᚕgithubᚗcomᚋ99designsᚋgqlgen�
 	if v == nil {
 		return graphql.Null
 	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+	ret := marshalList(ctx, sel, v, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalN__Type2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(ctx, sel, v[i])

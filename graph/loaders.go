@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -23,19 +24,32 @@ type loaders struct {
 	users        *dataloadgen.Loader[string, *warble.User]
 	posts        *dataloadgen.Loader[string, *warble.Post]
 	followStates *dataloadgen.Loader[string, warble.FollowState] // by user id, for the viewer
+	counts       *dataloadgen.Loader[string, warble.UserCounts]
 }
 
 type loadersKey struct{}
 
+// lazyLoaders makes the loaders of a response when a field first asks for
+// one: most responses load nothing ({ __typename }, the viewer, a page
+// whose posts came with their authors), and a set of loaders costs a
+// dozen allocations.
+type lazyLoaders struct {
+	once     sync.Once
+	r        *Resolver
+	viewerID string
+	wait     time.Duration
+	loaders  *loaders
+}
+
 // withLoaders is response middleware that gives each response its loaders.
 func (r *Resolver) withLoaders(wait time.Duration) graphql.ResponseMiddleware {
 	return func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
-		return next(context.WithValue(ctx, loadersKey{}, r.newLoaders(ctx, wait)))
+		lazy := &lazyLoaders{r: r, viewerID: warble.UserIDFromContext(ctx), wait: wait}
+		return next(context.WithValue(ctx, loadersKey{}, lazy))
 	}
 }
 
-func (r *Resolver) newLoaders(ctx context.Context, wait time.Duration) *loaders {
-	viewerID := warble.UserIDFromContext(ctx)
+func (r *Resolver) newLoaders(viewerID string, wait time.Duration) *loaders {
 	opt := dataloadgen.WithWait(wait)
 	return &loaders{
 		users: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]*warble.User, []error) {
@@ -49,6 +63,10 @@ func (r *Resolver) newLoaders(ctx context.Context, wait time.Duration) *loaders 
 		followStates: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]warble.FollowState, []error) {
 			states, err := r.Follows.FindFollowStates(ctx, viewerID, ids)
 			return states, spread(err, len(ids))
+		}, opt),
+		counts: dataloadgen.NewLoader(func(ctx context.Context, ids []string) ([]warble.UserCounts, []error) {
+			counts, err := r.Users.FindUserCounts(ctx, ids)
+			return counts, spread(err, len(ids))
 		}, opt),
 	}
 }
@@ -65,10 +83,15 @@ func spread(err error, n int) []error {
 	return errs
 }
 
-// loadersFrom returns the loaders of the response ctx belongs to.
+// loadersFrom returns the loaders of the response ctx belongs to, or nil
+// outside a response.
 func loadersFrom(ctx context.Context) *loaders {
-	l, _ := ctx.Value(loadersKey{}).(*loaders)
-	return l
+	lazy, _ := ctx.Value(loadersKey{}).(*lazyLoaders)
+	if lazy == nil {
+		return nil
+	}
+	lazy.once.Do(func() { lazy.loaders = lazy.r.newLoaders(lazy.viewerID, lazy.wait) })
+	return lazy.loaders
 }
 
 // loadUser reads a user through the response's loader, or ENOTFOUND.
@@ -112,4 +135,18 @@ func (r *Resolver) followState(ctx context.Context, user *warble.User) (warble.F
 		return warble.FollowState{}, err
 	}
 	return states[0], nil
+}
+
+// userCounts reads a user's counts through the response's loader, so that
+// the counts of every user in a response, and the three counts of one
+// user, are one round trip.
+func (r *Resolver) userCounts(ctx context.Context, userID string) (warble.UserCounts, error) {
+	if l := loadersFrom(ctx); l != nil {
+		return l.counts.Load(ctx, userID)
+	}
+	counts, err := r.Users.FindUserCounts(ctx, []string{userID})
+	if err != nil {
+		return warble.UserCounts{}, err
+	}
+	return counts[0], nil
 }

@@ -3,6 +3,7 @@
 package graph
 
 //go:generate go tool gqlgen generate
+//go:generate go run gen_rewrite.go
 
 import (
 	"context"

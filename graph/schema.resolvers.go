@@ -155,6 +155,24 @@ func (r *subscriptionResolver) UserPosts(ctx context.Context, username string, a
 	return r.Live.SubscribeTimeline(ctx, warble.UserFeed(u.ID), after)
 }
 
+// FollowersCount is the resolver for the followersCount field.
+func (r *userResolver) FollowersCount(ctx context.Context, obj *warble.User) (int, error) {
+	c, err := r.userCounts(ctx, obj.ID)
+	return c.Followers, err
+}
+
+// FollowingCount is the resolver for the followingCount field.
+func (r *userResolver) FollowingCount(ctx context.Context, obj *warble.User) (int, error) {
+	c, err := r.userCounts(ctx, obj.ID)
+	return c.Following, err
+}
+
+// PostsCount is the resolver for the postsCount field.
+func (r *userResolver) PostsCount(ctx context.Context, obj *warble.User) (int, error) {
+	c, err := r.userCounts(ctx, obj.ID)
+	return c.Posts, err
+}
+
 // Posts is the resolver for the posts field.
 func (r *userResolver) Posts(ctx context.Context, obj *warble.User, first *int, after *string) (*warble.Timeline, error) {
 	return r.timeline(ctx, warble.UserFeed(obj.ID), first, after)

@@ -60,3 +60,46 @@ func TestRoundTripsDoNotGrowWithThePage(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedInRequestRoundTrips checks what a signed-in request costs in
+// Redis round trips: one for the session and its user, and one more, for
+// all three, only when the query asks for counts.
+func TestSignedInRequestRoundTrips(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.LoaderWait = 500 * time.Millisecond; c.FanoutWorkers = 0 })
+	viewer := s.signup(t, "viewer")
+	other := s.signup(t, "other")
+	s.follow(t, viewer, other)
+	s.follow(t, other, viewer)
+	s.post(t, viewer, "one")
+	s.post(t, viewer, "two")
+	client := s.app.db.Client()
+	counter := &redistest.RoundTrips{}
+	client.AddHook(counter)
+
+	for _, q := range []struct {
+		query string
+		want  int64
+	}{
+		{`{ viewer { id username displayName createdAt } }`, 1},
+		{`{ viewer { id username followersCount followingCount postsCount } }`, 2},
+	} {
+		s.mustQuery(t, viewer.Token, q.query, nil, new(any)) // loads the scripts it uses
+		before := counter.N()
+		var out struct {
+			Viewer struct {
+				ID                                         string
+				FollowersCount, FollowingCount, PostsCount int
+			}
+		}
+		s.mustQuery(t, viewer.Token, q.query, nil, &out)
+		if n := counter.N() - before; n != q.want {
+			t.Errorf("%s: %d round trips, want %d", q.query, n, q.want)
+		}
+		if out.Viewer.ID != viewer.ID {
+			t.Errorf("%s: viewer %q, want %q", q.query, out.Viewer.ID, viewer.ID)
+		}
+		if q.want == 2 && (out.Viewer.FollowersCount != 1 || out.Viewer.FollowingCount != 1 || out.Viewer.PostsCount != 2) {
+			t.Errorf("%s: counts %+v, want 1 follower, 1 followed, 2 posts", q.query, out.Viewer)
+		}
+	}
+}

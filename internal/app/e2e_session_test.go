@@ -1,6 +1,11 @@
 package app
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"testing"
@@ -174,4 +179,51 @@ func TestBadHeaderTokenClosesWebsocketWith4403(t *testing.T) {
 	}
 	c.init("")
 	waitClosed(t, c, "websocket with a bad header token")
+}
+
+// TestOldFormTokenWorksUntilRevoked stores a session as Warble did before
+// tokens named their user (the secret alone, its session at
+// w:session:<sha256>): the token still signs requests and websockets in,
+// and its logout ends both.
+func TestOldFormTokenWorksUntilRevoked(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "veteran")
+	b := make([]byte, 32)
+	rand.Read(b)
+	token := base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(token))
+	sha := hex.EncodeToString(sum[:])
+	ctx := context.Background()
+	client := s.app.db.Client()
+	key := "w:session:" + sha // the old layout, which no new session uses
+	if err := client.HSet(ctx, key, "userID", u.ID, "createdAt", time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Expire(ctx, key, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SAdd(ctx, "w:u:{"+u.ID+"}:sessions", sha).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var out struct{ Viewer struct{ ID, Username string } }
+	s.mustQuery(t, token, `{ viewer { id username } }`, nil, &out)
+	if out.Viewer.ID != u.ID || out.Viewer.Username != u.Username {
+		t.Fatalf("viewer with an old-form token = %+v, want %s", out.Viewer, u.Username)
+	}
+	after := s.syncCursor(t, u)
+	ws := s.connect(t, protoTransportWS, token)
+	ws.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { kind } }`, map[string]any{"a": after})
+	old := u
+	old.Token = token
+	s.post(t, old, "signed in with an old-form token")
+	ws.nextEvent("home") // live before the logout
+	s.mustQuery(t, token, `mutation { logout }`, nil, new(any))
+	waitClosed(t, ws, "websocket of an old-form token after its logout")
+	if r := s.query(t, token, `{ viewer { id } }`, nil); r.code() != "UNAUTHENTICATED" {
+		t.Errorf("old-form token after logout: code %q, want UNAUTHENTICATED", r.code())
+	}
+	if r := s.query(t, u.Token, `{ viewer { id } }`, nil); r.code() != "" {
+		t.Errorf("the user's other session after the old one's logout: code %q", r.code())
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,10 +19,13 @@ import (
 	"github.com/warble/warble/internal/warble"
 )
 
-// Session tokens are tokenBytes random bytes, base64url without padding.
+// Session tokens are "<user id>.<secret>", the secret tokenBytes random
+// bytes in base64url without padding. The user id puts the session in its
+// user's hash slot (see sessionKey), so that one round trip reads both. Tokens
+// made before are the secret alone; they work until they expire.
 const (
 	tokenBytes = 32
-	tokenLen   = 43 // base64.RawURLEncoding.EncodedLen(tokenBytes)
+	secretLen  = 43 // base64.RawURLEncoding.EncodedLen(tokenBytes)
 )
 
 // usernameClaimTTL bounds how long a username stays taken by a signup that
@@ -175,7 +179,7 @@ func (s *AuthService) Signup(ctx context.Context, in warble.SignupInput) (*warbl
 		return nil, err
 	}
 	// The account, its name and its first session, on their replicas.
-	if err := s.db.awaitReplicas(ctx, userSeqKey, nameKey, userKey(id), newestUsersKey, sessionKey(hashToken(p.Token))); err != nil {
+	if err := s.db.awaitReplicas(ctx, userSeqKey, nameKey, userKey(id), newestUsersKey, sessionKeyOf(hashToken(p.Token))); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -237,37 +241,38 @@ func (s *AuthService) openSession(ctx context.Context, userID string) (*warble.A
 }
 
 // createSession stores a new session of userID and returns its token. Only
-// the token's hash reaches Redis. The user's session index and the session
-// are in different hash slots, so they are two steps: the index first, then
-// the session and its expiry in one MULTI. A crash between them leaves an
-// index entry that leads to no session, which nothing trusts.
+// the token's hash reaches Redis. The session, its expiry and its entry in
+// the user's session index are in the user's hash slot, written in one
+// MULTI.
 func (s *AuthService) createSession(ctx context.Context, userID string) (string, error) {
 	b := make([]byte, tokenBytes)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("new session of %s: %w", userID, err)
 	}
-	token := base64.RawURLEncoding.EncodeToString(b)
+	token := userID + "." + base64.RawURLEncoding.EncodeToString(b)
 	tokenHash := hashToken(token)
-	key := sessionKey(tokenHash)
-	if err := s.db.client.SAdd(ctx, sessionsKey(userID), tokenHash).Err(); err != nil {
-		return "", fmt.Errorf("new session of %s: index: %w", userID, err)
-	}
+	key := sessionKeyOf(tokenHash)
+	var indexed *redis.IntCmd
 	_, err := s.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, "userID", userID, "createdAt", msString(s.db.now()))
 		pipe.PExpire(ctx, key, s.db.opts.SessionTTL)
+		pipe.SAdd(ctx, sessionsKey(userID), tokenHash)
+		indexed = pipe.SCard(ctx, sessionsKey(userID))
 		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("new session of %s: %w", userID, err)
 	}
-	// Only now: before the session is stored, its own entry would look dead.
-	s.pruneSessions(ctx, userID)
+	if indexed.Val() > pruneSessionsAbove {
+		s.pruneSessions(ctx, userID)
+	}
 	return token, nil
 }
 
 // useSessionScript reads a session and slides its expiry, but writes only
 // when the expiry has not moved for a while (slack), so that most requests
-// cost a read alone.
+// cost a read alone. It serves tokens of the old form, whose session is not
+// in its user's slot (see Authenticate).
 //
 // KEYS[1] -> w:session:<hash>
 // ARGV[1] -> the session lifetime, ms
@@ -304,7 +309,7 @@ func (s *AuthService) pruneSessions(ctx context.Context, userID string) {
 	pipe := s.db.client.Pipeline()
 	exists := make([]*redis.IntCmd, len(hashes))
 	for i, h := range hashes {
-		exists[i] = pipe.Exists(ctx, sessionKey(h))
+		exists[i] = pipe.Exists(ctx, sessionKeyOf(h))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		s.db.log.WarnContext(ctx, "prune session index", "user", userID, "err", err)
@@ -324,14 +329,65 @@ func (s *AuthService) pruneSessions(ctx context.Context, userID string) {
 }
 
 // Authenticate implements warble.AuthService. The session's expiry slides
-// with use; it is written at most once per sessionSlack.
+// with use; it is written at most once per sessionSlack, in a second round
+// trip, so that most requests cost one pipeline of two reads in the user's
+// slot: the session's time to live and the user's fields. The user comes
+// without counts, which most requests do not ask for (see FindUserCounts).
+// A plain pipeline costs Redis about 40% less CPU than a script that does
+// the same (BenchmarkRequests: 6.5 against 10.8 µs per request).
+//
+// A wrong token sends the same commands as a right one, whether or not the
+// user it names exists, and gets the same answer: the session is looked up
+// by the hash of the whole token, so no secret is compared byte by byte,
+// and nothing is cut short when the user is unknown.
 func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
-	if !wellFormedToken(token) {
+	userID, ok := parseToken(token)
+	if !ok {
 		return nil, nil, errSessionExpired
+	} else if userID == "" {
+		return s.authenticateLegacy(ctx, token)
 	}
 	tokenHash := hashToken(token)
+	key := sessionKeyOf(tokenHash)
+	var left *redis.DurationCmd
+	var fields *redis.SliceCmd
+	_, err := s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		left = pipe.PTTL(ctx, key)
+		fields = pipe.HMGet(ctx, userKey(userID), "username", "displayName", "createdAt")
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("authenticate: %w", err)
+	}
+	if left.Val() < 0 { // -2: no such session; -1 cannot happen, sessions always expire
+		return nil, nil, errSessionExpired
+	}
+	vals := fields.Val()
+	username, _ := vals[0].(string)
+	if username == "" {
+		return nil, nil, errSessionExpired // a session of a user who is gone
+	}
+	expiresIn := left.Val()
+	if ttl := s.db.opts.SessionTTL; expiresIn < ttl-sessionSlack(ttl) {
+		// PEXPIRE of a session revoked meanwhile does nothing.
+		if err := s.db.client.PExpire(ctx, key, ttl).Err(); err != nil {
+			return nil, nil, fmt.Errorf("authenticate: %w", err)
+		}
+		expiresIn = ttl
+	}
+	s.seen(ctx, userID)
+	displayName, _ := vals[1].(string)
+	createdAt, _ := vals[2].(string)
+	u := &warble.User{ID: userID, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, nil
+}
+
+// authenticateLegacy is Authenticate for a token of the old form: two round
+// trips, the session and then its user.
+func (s *AuthService) authenticateLegacy(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
+	tokenHash := hashToken(token)
 	ttl := s.db.opts.SessionTTL
-	res, err := useSessionScript.Run(ctx, s.db.client, []string{sessionKey(tokenHash)},
+	res, err := useSessionScript.Run(ctx, s.db.client, []string{sessionKeyOf(tokenHash)},
 		ttl.Milliseconds(), sessionSlack(ttl).Milliseconds()).Slice()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil, errSessionExpired
@@ -365,7 +421,7 @@ func sessionSlack(ttl time.Duration) time.Duration { return min(time.Hour, ttl/1
 
 // SessionExpiry implements warble.AuthService.
 func (s *AuthService) SessionExpiry(ctx context.Context, tokenHash string) (time.Time, error) {
-	left, err := s.db.client.PTTL(ctx, sessionKey(tokenHash)).Result()
+	left, err := s.db.client.PTTL(ctx, sessionKeyOf(tokenHash)).Result()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("session expiry: %w", err)
 	} else if left < 0 { // -2: no such key; -1 cannot happen, sessions always expire
@@ -384,12 +440,13 @@ func (s *AuthService) LogoutEverywhere(ctx context.Context, userID string) (int,
 	if len(hashes) == 0 {
 		return 0, nil
 	}
-	// Per session key a DEL (they are in different slots), then the index
-	// entries; a crash between leaves entries that lead to no session.
+	// Per session key a DEL (those of old tokens are in other slots), then
+	// the index entries; a crash between leaves entries that lead to no
+	// session.
 	pipe := s.db.client.Pipeline()
 	dels := make([]*redis.IntCmd, len(hashes))
 	for i, h := range hashes {
-		dels[i] = pipe.Del(ctx, sessionKey(h))
+		dels[i] = pipe.Del(ctx, sessionKeyOf(h))
 	}
 	members := make([]any, len(hashes))
 	for i, h := range hashes {
@@ -417,7 +474,7 @@ func (s *AuthService) Logout(ctx context.Context, sess *warble.Session) error {
 		return nil
 	}
 	_, err := s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		pipe.Del(ctx, sessionKey(sess.TokenHash))
+		pipe.Del(ctx, sessionKeyOf(sess.TokenHash))
 		pipe.SRem(ctx, sessionsKey(sess.UserID), sess.TokenHash)
 		return nil
 	})
@@ -430,18 +487,41 @@ func (s *AuthService) Logout(ctx context.Context, sess *warble.Session) error {
 	return nil
 }
 
-// hashToken returns the SHA-256 of a token in hex, the only form of it
-// that is stored.
+// hashToken returns the only form of a well-formed token that is stored,
+// which names its session (warble.Session.TokenHash) in the user's session
+// index and in revocations: "<user id>.<SHA-256 of the token in hex>", or
+// the SHA-256 alone for a token of the old form. The user id is no secret;
+// the hash hands out no session.
 func hashToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
+	sha := hex.EncodeToString(sum[:])
+	if userID, _ := parseToken(token); userID != "" {
+		return userID + "." + sha
+	}
+	return sha
 }
 
-// wellFormedToken reports whether token could have come from createSession.
-func wellFormedToken(token string) bool {
-	if len(token) != tokenLen {
-		return false
+// sessionKeyOf returns the key of the session that tokenHash names.
+func sessionKeyOf(tokenHash string) string {
+	if userID, sha, ok := strings.Cut(tokenHash, "."); ok {
+		return sessionKey(userID, sha)
 	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(token)
-	return err == nil && len(b) == tokenBytes
+	return legacySessionKey(tokenHash)
+}
+
+// parseToken reports whether token could have come from createSession, and
+// the id of the user it names: "" for a token of the old form.
+func parseToken(token string) (userID string, ok bool) {
+	secret := token
+	if id, rest, found := strings.Cut(token, "."); found {
+		if !warble.ValidUserID(id) {
+			return "", false
+		}
+		userID, secret = id, rest
+	}
+	if len(secret) != secretLen {
+		return "", false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(secret)
+	return userID, err == nil && len(b) == tokenBytes
 }

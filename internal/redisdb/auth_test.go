@@ -2,7 +2,10 @@ package redisdb
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,11 +66,11 @@ func TestSignup(t *testing.T) {
 			if u.Username != tt.in.Username || u.DisplayName != tt.wantName || u.ID == "" || u.CreatedAt.IsZero() {
 				t.Errorf("Signup(%q) user = %+v", tt.in.Username, u)
 			}
-			if u.FollowersCount != 0 || u.FollowingCount != 0 || u.PostsCount != 0 {
-				t.Errorf("new user has counts %+v", u)
+			if c := mustCounts(t, db, u.ID); c != (warble.UserCounts{}) {
+				t.Errorf("new user has counts %+v", c)
 			}
-			if len(p.Token) != tokenLen {
-				t.Errorf("token %q has %d characters, want %d", p.Token, len(p.Token), tokenLen)
+			if id, secret, _ := strings.Cut(p.Token, "."); id != u.ID || len(secret) != secretLen {
+				t.Errorf("token %q, want %s.<%d characters>", p.Token, u.ID, secretLen)
 			}
 			if ttl := db.client.TTL(ctx, usernameKey(warble.UsernameKey(tt.in.Username))).Val(); ttl != -1 {
 				t.Errorf("username claim TTL = %v after signup, want none (-1)", ttl)
@@ -211,7 +214,10 @@ func TestSessions(t *testing.T) {
 	if got := db.client.SCard(ctx, sessionsKey(signup.User.ID)).Val(); got != 3 {
 		t.Errorf("ada has %d sessions, want 3", got)
 	}
-	if ttl := db.client.TTL(ctx, sessionKey(sessions[0].TokenHash)).Val(); ttl <= 0 || ttl > DefaultSessionTTL {
+	if key := sessionKeyOf(sessions[0].TokenHash); !strings.HasPrefix(key, userKey(signup.User.ID)+":session:") {
+		t.Errorf("session key %s is not in its user's slot", key)
+	}
+	if ttl := db.client.TTL(ctx, sessionKeyOf(sessions[0].TokenHash)).Val(); ttl <= 0 || ttl > DefaultSessionTTL {
 		t.Errorf("session TTL = %v, want in (0, %v]", ttl, DefaultSessionTTL)
 	}
 
@@ -253,16 +259,25 @@ func TestAuthenticateBadTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bob := mustSignup(t, db, "bob")
+	id, secret, _ := strings.Cut(p.Token, ".")
 	tests := []struct {
 		name  string
 		token string
 	}{
 		{name: "Empty", token: ""},
-		{name: "TooShort", token: p.Token[:42]},
+		{name: "TooShort", token: p.Token[:len(p.Token)-1]},
 		{name: "TooLong", token: p.Token + "A"},
-		{name: "WrongAlphabet", token: "+" + p.Token[1:]},
-		{name: "Padding", token: p.Token[:42] + "="},
-		{name: "Unknown", token: strings.Repeat("A", tokenLen)},
+		{name: "WrongAlphabet", token: id + ".+" + secret[1:]},
+		{name: "Padding", token: p.Token[:len(p.Token)-1] + "="},
+		{name: "Unknown", token: id + "." + strings.Repeat("A", secretLen)},
+		{name: "UnknownUser", token: "999." + secret},
+		{name: "OtherUser", token: bob.ID + "." + secret},
+		{name: "SecretAlone", token: secret},
+		{name: "UnknownOldForm", token: strings.Repeat("A", secretLen)},
+		{name: "NoUser", token: "." + secret},
+		{name: "MalformedUser", token: "0" + p.Token},
+		{name: "TwoUsers", token: id + "." + p.Token},
 		{name: "HashOfToken", token: hashToken(p.Token)},
 		{name: "OtherCase", token: strings.ToUpper(p.Token)},
 	}
@@ -282,7 +297,7 @@ func TestAuthenticateBadTokens(t *testing.T) {
 	}
 
 	// A session whose key has gone (as when it expires) is no longer valid.
-	if err := db.client.Del(ctx, sessionKey(hashToken(p.Token))).Err(); err != nil {
+	if err := db.client.Del(ctx, sessionKeyOf(hashToken(p.Token))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := auth.Authenticate(ctx, p.Token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
@@ -340,7 +355,7 @@ func TestAuthSecretsNotStored(t *testing.T) {
 	if !strings.HasPrefix(hash, "$2") {
 		t.Errorf("stored password %q is not a bcrypt hash", hash)
 	}
-	if db.client.Exists(ctx, sessionKey(hashToken(login.Token))).Val() != 1 {
+	if db.client.Exists(ctx, sessionKeyOf(hashToken(login.Token))).Val() != 1 {
 		t.Error("no session stored under the SHA-256 of the token")
 	}
 }
@@ -418,7 +433,7 @@ func TestAuthenticateWritesOnlyWhenStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := sessionKey(hashToken(p.Token))
+	key := sessionKeyOf(hashToken(p.Token))
 	stale := DefaultSessionTTL - 2*sessionSlack(DefaultSessionTTL)
 	if err := db.client.PExpire(ctx, key, stale).Err(); err != nil {
 		t.Fatal(err)
@@ -510,7 +525,7 @@ func TestSessionIndexIsPruned(t *testing.T) {
 			// Sessions live 100 ms, so past the threshold most are dead.
 			live := 0
 			for _, h := range db.client.SMembers(ctx, sessionsKey(p.User.ID)).Val() {
-				live += int(db.client.Exists(ctx, sessionKey(h)).Val())
+				live += int(db.client.Exists(ctx, sessionKeyOf(h)).Val())
 			}
 			if n-int64(live) > pruneSessionsAbove {
 				t.Fatalf("session index holds %d entries, %d of them of expired sessions", n, n-int64(live))
@@ -568,4 +583,208 @@ func (h sendTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h sendTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// TestAuthenticateOneRoundTrip checks that a signed-in request reads its
+// session and its user in one round trip to Redis.
+func TestAuthenticateOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123", DisplayName: strPtr("Ada L")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first use loads the script; the seen time was recorded at signup.
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	u, s, err := auth.Authenticate(ctx, p.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.N(); n != 1 {
+		t.Errorf("Authenticate made %d round trips, want 1", n)
+	}
+	if *u != *p.User || s.UserID != u.ID || time.Until(s.ExpiresAt) <= 0 {
+		t.Errorf("Authenticate = %+v, %+v; want %+v", u, s, p.User)
+	}
+
+	// A session whose user is gone leads nowhere.
+	if err := db.client.Del(ctx, userKey(u.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Errorf("Authenticate for a user who is gone: err = %v, want EUNAUTHENTICATED", err)
+	}
+}
+
+// TestAuthenticateHidesWhichUsersExist checks that a wrong token naming a
+// user who exists costs Redis exactly what one naming nobody does: the
+// same commands with the same number of arguments, and the same error.
+func TestAuthenticateHidesWhichUsersExist(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	ada := mustSignup(t, db, "ada")
+	secret := strings.Repeat("A", secretLen)
+	rec := &commandLog{}
+	db.client.AddHook(rec)
+	// The first use loads the script.
+	if _, _, err := auth.Authenticate(ctx, "1."+secret); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Fatal(err)
+	}
+	var sent [2][]string
+	var msgs [2]string
+	for i, token := range []string{ada.ID + "." + secret, "999." + secret} {
+		rec.take()
+		_, _, err := auth.Authenticate(ctx, token)
+		if warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+			t.Fatalf("Authenticate(%q): err = %v, want EUNAUTHENTICATED", token, err)
+		}
+		sent[i], msgs[i] = rec.take(), warble.ErrorMessage(err)
+	}
+	if !slices.Equal(sent[0], sent[1]) || len(sent[0]) == 0 || msgs[0] != msgs[1] {
+		t.Errorf("a wrong token of a user who exists sent %q and said %q; of nobody, %q and %q", sent[0], msgs[0], sent[1], msgs[1])
+	}
+}
+
+// commandLog is a go-redis hook that records the name and the number of
+// arguments of each command sent.
+type commandLog struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+// take returns the commands recorded since the last take.
+func (l *commandLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cmds := l.cmds
+	l.cmds = nil
+	return cmds
+}
+
+func (l *commandLog) add(cmds ...redis.Cmder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range cmds {
+		l.cmds = append(l.cmds, fmt.Sprintf("%s/%d", c.Name(), len(c.Args())))
+	}
+}
+
+func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// oldSession stores a session of userID as Warble did before tokens named
+// their user, and returns its token.
+func oldSession(tb testing.TB, db *DB, userID string, ttl time.Duration) string {
+	tb.Helper()
+	ctx := context.Background()
+	b := make([]byte, tokenBytes)
+	rand.Read(b)
+	token := base64.RawURLEncoding.EncodeToString(b)
+	sha := hashToken(token)
+	if err := db.client.SAdd(ctx, sessionsKey(userID), sha).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	key := legacySessionKey(sha)
+	if err := db.client.HSet(ctx, key, "userID", userID, "createdAt", msString(time.Now())).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := db.client.PExpire(ctx, key, ttl).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return token
+}
+
+// TestOldTokens checks that the sessions of tokens made before tokens named
+// their user keep working until they expire or are revoked: authenticated,
+// their expiry read and slid, logged out one by one or everywhere (with
+// the new sessions of the same user), each revocation announced.
+func TestOldTokens(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	ada := mustSignup(t, db, "ada")
+	old := oldSession(t, db, ada.ID, time.Hour)
+	if _, ok := parseToken(old); !ok || strings.Contains(old, ".") {
+		t.Fatalf("%q is not a token of the old form", old)
+	}
+
+	u, s, err := auth.Authenticate(ctx, old)
+	if err != nil {
+		t.Fatalf("Authenticate(old token): %v", err)
+	}
+	if *u != *ada || s.UserID != ada.ID || s.TokenHash != hashToken(old) || sessionKeyOf(s.TokenHash) != legacySessionKey(s.TokenHash) {
+		t.Fatalf("Authenticate(old token) = %+v, %+v", u, s)
+	}
+	// A use slides its expiry as for a new session.
+	if left := time.Until(s.ExpiresAt); left <= time.Hour {
+		t.Errorf("old session expires in %v after a use, want its lifetime again", left)
+	}
+	if at, err := auth.SessionExpiry(ctx, s.TokenHash); err != nil || !at.After(time.Now().Add(time.Hour)) {
+		t.Errorf("SessionExpiry(old session) = %v, %v", at, err)
+	}
+
+	sub := listen(t, db, revokedChannel)
+	if err := auth.Logout(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if msg := nextMessage(t, sub); msg.Payload != s.TokenHash {
+		t.Errorf("revocation message = %q, want %q", msg.Payload, s.TokenHash)
+	}
+	if _, _, err := auth.Authenticate(ctx, old); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Errorf("old token after logout: err = %v, want EUNAUTHENTICATED", err)
+	}
+
+	// Everywhere: an old session and a new one of the same user.
+	old = oldSession(t, db, ada.ID, time.Hour)
+	login, err := auth.Login(ctx, warble.LoginInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := auth.LogoutEverywhere(ctx, ada.ID); err != nil || n != 3 { // with signup's
+		t.Fatalf("LogoutEverywhere = %d, %v; want 3", n, err)
+	}
+	revoked := map[string]bool{}
+	for range 3 {
+		revoked[nextMessage(t, sub).Payload] = true
+	}
+	for _, token := range []string{old, login.Token} {
+		if _, _, err := auth.Authenticate(ctx, token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+			t.Errorf("token %q after LogoutEverywhere: err = %v", token, err)
+		}
+		if !revoked[hashToken(token)] {
+			t.Errorf("the revocation of %q was not announced", token)
+		}
+	}
+
+	// And an old session expires as it always did.
+	old = oldSession(t, db, ada.ID, 50*time.Millisecond)
+	if _, _, err := auth.Authenticate(ctx, old); err != nil {
+		t.Fatalf("old token before its expiry: %v", err)
+	}
+	if err := db.client.PExpire(ctx, legacySessionKey(hashToken(old)), 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, _, err := auth.Authenticate(ctx, old); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+		t.Errorf("old token past its expiry: err = %v, want EUNAUTHENTICATED", err)
+	}
 }

@@ -90,12 +90,8 @@ func assertMirrors(tb testing.TB, db *DB, userID string, candidates []string) {
 			tb.Errorf("%s is stored as a follower of %s but does not follow them", f, userID)
 		}
 	}
-	u, err := db.findUser(ctx, userID)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if u.FollowersCount != len(truth) {
-		tb.Errorf("followersCount of %s is %d, %d follow them", userID, u.FollowersCount, len(truth))
+	if n := mustCounts(tb, db, userID).Followers; n != len(truth) {
+		tb.Errorf("followersCount of %s is %d, %d follow them", userID, n, len(truth))
 	}
 	var want []followEntry
 	for f, at := range truth {
@@ -353,13 +349,13 @@ func TestFollowersMoveKeepsReadsWhole(t *testing.T) {
 					return
 				default:
 				}
-				u, err := db.findUser(ctx, ada)
+				counts, err := db.findUserCounts(ctx, []string{ada})
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if u.FollowersCount != len(want) {
-					t.Errorf("followersCount %d during the move, want %d", u.FollowersCount, len(want))
+				if counts[0].Followers != len(want) {
+					t.Errorf("followersCount %d during the move, want %d", counts[0].Followers, len(want))
 					return
 				}
 				got := pageAll(t, 9, func(page warble.PageArgs) (*warble.UserConnection, error) {

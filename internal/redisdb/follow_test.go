@@ -221,9 +221,10 @@ func assertFollowCounts(tb testing.TB, db *DB) {
 	}
 	for i, u := range users {
 		followers, _ := storedFollowers(tb, db, ids[i])
-		if u.FollowersCount != len(followers) || int64(u.FollowingCount) != db.client.ZCard(ctx, followingKey(u.ID)).Val() ||
-			int64(u.PostsCount) != db.client.ZCard(ctx, postsKey(u.ID)).Val() {
-			tb.Errorf("user %s counts %d/%d/%d differ from its sets", u.ID, u.FollowersCount, u.FollowingCount, u.PostsCount)
+		c := mustCounts(tb, db, u.ID)
+		if c.Followers != len(followers) || int64(c.Following) != db.client.ZCard(ctx, followingKey(u.ID)).Val() ||
+			int64(c.Posts) != db.client.ZCard(ctx, postsKey(u.ID)).Val() {
+			tb.Errorf("user %s counts %+v differ from its sets", u.ID, c)
 		}
 		want := followersOf[u.ID]
 		if len(followers) != len(want) {

@@ -37,3 +37,13 @@ func mustFollow(tb testing.TB, db *DB, followerID, followeeID string) {
 		tb.Fatalf("Follow(%s, %s): %v", followerID, followeeID, err)
 	}
 }
+
+// mustCounts returns the counts of userID.
+func mustCounts(tb testing.TB, db *DB, userID string) warble.UserCounts {
+	tb.Helper()
+	counts, err := NewUserService(db).FindUserCounts(context.Background(), []string{userID})
+	if err != nil {
+		tb.Fatalf("FindUserCounts(%s): %v", userID, err)
+	}
+	return counts[0]
+}

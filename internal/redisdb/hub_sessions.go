@@ -102,7 +102,7 @@ func (h *Hub) revokeMissingSessions() error {
 	cmds := make([]*redis.IntCmd, len(hashes))
 	_, err := h.db.client.Pipelined(h.ctx, func(pipe redis.Pipeliner) error {
 		for i, hash := range hashes {
-			cmds[i] = pipe.Exists(h.ctx, sessionKey(hash))
+			cmds[i] = pipe.Exists(h.ctx, sessionKeyOf(hash))
 		}
 		return nil
 	})

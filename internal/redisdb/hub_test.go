@@ -560,7 +560,19 @@ func TestHubReconnectChecksSessions(t *testing.T) {
 		if name == "ada" {
 			// Gone without an announcement, as when a logout's
 			// PUBLISH is sent while the connection is down.
-			if err := db.client.Del(ctx, sessionKey(hashToken(p.Token))).Err(); err != nil {
+			if err := db.client.Del(ctx, sessionKeyOf(hashToken(p.Token))).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Sessions of tokens of the old form, kept elsewhere: one of them gone.
+	for i, name := range []string{"ada", "bob"} {
+		id := db.client.Get(ctx, usernameKey(name)).Val()
+		hash := hashToken(oldSession(t, db, id, time.Hour))
+		w, _ := h.WatchSession(ctx, hash)
+		watched = append(watched, w)
+		if i == 0 {
+			if err := db.client.Del(ctx, legacySessionKey(hash)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -568,19 +580,23 @@ func TestHubReconnectChecksSessions(t *testing.T) {
 	if err := killPubsubConns(db); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-watched[0].Done():
-	case <-time.After(eventWait):
-		t.Fatal("a session that went away is still watched after the reconnect")
+	for _, i := range []int{0, 2} {
+		select {
+		case <-watched[i].Done():
+		case <-time.After(eventWait):
+			t.Fatalf("session %d went away but is still watched after the reconnect", i)
+		}
 	}
-	// Once the check has run, the other is known to have passed it.
+	// Once the check has run, the others are known to have passed it.
 	waitFor(t, "the check to end", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return len(h.sessions) == 1
+		return len(h.sessions) == 2
 	})
-	if watched[1].Err() != nil {
-		t.Error("a session that exists was ended by the reconnect")
+	for _, i := range []int{1, 3} {
+		if watched[i].Err() != nil {
+			t.Errorf("session %d exists but was ended by the reconnect", i)
+		}
 	}
 }
 

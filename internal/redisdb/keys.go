@@ -114,17 +114,24 @@ func outboxKey(userID string) string { return userKey(userID) + ":outbox" }
 // seen for a while (see inactive.go).
 func seenKey(userID string) string { return userKey(userID) + ":seen" }
 
-// sessionsKey is a SET of the token hashes of a user's sessions:
-// w:u:{<id>}:sessions.
+// sessionsKey is a SET of the token hashes (see hashToken) of a user's
+// sessions: w:u:{<id>}:sessions.
 func sessionsKey(userID string) string { return userKey(userID) + ":sessions" }
+
+// sessionKey is a HASH of one session, in its user's slot and keyed by the
+// SHA-256 of its token in hex, expiring with the session:
+// w:u:{<id>}:session:<hash>. Fields: userID, createdAt. Its token names the
+// user, so that one round trip reads the session and its user.
+func sessionKey(userID, sha string) string { return userKey(userID) + ":session:" + sha }
 
 // postKey is a HASH of one post, in its author's slot: w:u:{<author>}:p:<seq>.
 // Fields: body, createdAt (unix ms).
 func postKey(authorID, seq string) string { return userKey(authorID) + ":p:" + seq }
 
-// sessionKey is a HASH of one session, keyed by the SHA-256 of its token in
-// hex, expiring with the session: w:session:<hash>. Fields: userID, createdAt.
-func sessionKey(tokenHash string) string { return prefix + "session:" + tokenHash }
+// legacySessionKey is a HASH of one session made before tokens named their
+// user, keyed by the SHA-256 of its token in hex: w:session:<hash>. Fields:
+// userID, createdAt. No new session is stored there; those left expire.
+func legacySessionKey(sha string) string { return prefix + "session:" + sha }
 
 // persistedQueryKey is a STRING holding a GraphQL query document, keyed by
 // the SHA-256 of its text in hex, expiring a day after its last use:

@@ -79,11 +79,7 @@ func redisPostIDs(tb testing.TB, db *DB, authorID string) []string {
 
 func postsCount(tb testing.TB, db *DB, userID string) int {
 	tb.Helper()
-	u, err := db.findUser(context.Background(), userID)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return u.PostsCount
+	return mustCounts(tb, db, userID).Posts
 }
 
 func mustPost(tb testing.TB, db *DB, authorID, body string) *warble.Post {

@@ -50,7 +50,7 @@ func TestCreatePost(t *testing.T) {
 	if want := ada.ID + ":" + strconv.FormatInt(p.Seq, 10); p.ID != want {
 		t.Errorf("post id = %q, want %q", p.ID, want)
 	}
-	if p.Author == nil || p.Author.ID != ada.ID || p.Author.PostsCount != 1 {
+	if p.Author == nil || p.Author.ID != ada.ID || mustCounts(t, db, ada.ID).Posts != 1 {
 		t.Errorf("post author = %+v, want ada with 1 post", p.Author)
 	}
 	if p.CreatedAt.IsZero() {
@@ -149,12 +149,8 @@ func TestDeletePost(t *testing.T) {
 	if _, err := posts.FindPostByID(ctx, gone.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
 		t.Errorf("FindPostByID(deleted) err = %v, want ENOTFOUND", err)
 	}
-	u, err := db.findUser(ctx, ada.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.PostsCount != 1 {
-		t.Errorf("PostsCount = %d, want 1", u.PostsCount)
+	if n := mustCounts(t, db, ada.ID).Posts; n != 1 {
+		t.Errorf("posts count = %d, want 1", n)
 	}
 	if err := posts.DeletePost(ctx, ada.ID, gone.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
 		t.Errorf("DeletePost twice: err = %v, want ENOTFOUND", err)

@@ -59,7 +59,12 @@ func (s *UserService) NewestUsers(ctx context.Context, n int) ([]*warble.User, e
 	return compactUsers(users), nil
 }
 
-// findUser reads one user with its counts, or returns ENOTFOUND.
+// FindUserCounts implements warble.UserService.
+func (s *UserService) FindUserCounts(ctx context.Context, ids []string) ([]warble.UserCounts, error) {
+	return s.db.findUserCounts(ctx, ids)
+}
+
+// findUser reads one user, or returns ENOTFOUND.
 func (db *DB) findUser(ctx context.Context, id string) (*warble.User, error) {
 	if !warble.ValidUserID(id) {
 		return nil, warble.Errorf(warble.ENOTFOUND, "User not found.")
@@ -73,10 +78,8 @@ func (db *DB) findUser(ctx context.Context, id string) (*warble.User, error) {
 	return users[0], nil
 }
 
-// findUsers reads users and their counts in one round trip: per user an
-// HMGET of its fields and the ZCARDs of the sets its counts are sizes of
-// (and a second round trip for users whose followers are in buckets).
-// The result is in the order of ids, nil where there is no such user.
+// findUsers reads users in one round trip, an HMGET each. The result is in
+// the order of ids, nil where there is no such user.
 func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -93,84 +96,101 @@ func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, erro
 }
 
 // queueUsers queues findUsers' commands on pipe, and returns what reads
-// their answers once pipe has run. That costs no round trip more, unless
-// a user's followers are in buckets: then it sums the buckets' sizes, for
-// all such users in one round trip.
+// their answers once pipe has run, which costs no round trip more.
 func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func(context.Context) ([]*warble.User, error) {
-	type userCmds struct {
-		fields                         *redis.SliceCmd
-		followers, following, postsCnt *redis.IntCmd
-	}
-	cmds := make([]userCmds, len(ids))
+	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		if !warble.ValidUserID(id) {
-			continue
-		}
-		// The followers count before the fields: a count read after the
-		// one set was deleted comes with fields that say where the
-		// followers went (see buckets.go).
-		followers := pipe.ZCard(ctx, followersKey(id))
-		cmds[i] = userCmds{
-			fields:    pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt", followerBucketsField, archivedPostsField),
-			followers: followers,
-			following: pipe.ZCard(ctx, followingKey(id)),
-			postsCnt:  pipe.ZCard(ctx, postsKey(id)),
+		if warble.ValidUserID(id) {
+			cmds[i] = pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt")
 		}
 	}
-	return func(ctx context.Context) ([]*warble.User, error) {
+	return func(context.Context) ([]*warble.User, error) {
 		users := make([]*warble.User, len(ids))
-		var bucketed []int // indexes of users whose followers are in buckets
-		var buckets []int  // how many, for each
 		for i, id := range ids {
-			c := cmds[i]
-			if c.fields == nil {
+			if cmds[i] == nil {
 				continue
 			}
-			vals := c.fields.Val()
+			vals := cmds[i].Val()
 			username, _ := vals[0].(string)
 			if username == "" {
 				continue // HMGET of a missing hash is all nils
 			}
 			displayName, _ := vals[1].(string)
 			createdAt, _ := vals[2].(string)
-			state, _ := vals[3].(string)
-			// Posts moved to the archive count as much as those in Redis.
-			archived, _ := vals[4].(string)
-			archivedN, _ := strconv.Atoi(archived)
-			users[i] = &warble.User{
-				ID:             id,
-				Username:       username,
-				DisplayName:    displayName,
-				CreatedAt:      msTime(createdAt),
-				FollowersCount: int(c.followers.Val()),
-				FollowingCount: int(c.following.Val()),
-				PostsCount:     int(c.postsCnt.Val()) + archivedN,
-			}
-			if n := parseFollowerState(state).buckets; n > 0 {
-				bucketed, buckets = append(bucketed, i), append(buckets, n)
-			}
-		}
-		if len(bucketed) == 0 {
-			return users, nil
-		}
-		pipe := db.client.Pipeline()
-		cards := make([][]*redis.IntCmd, len(bucketed))
-		for j, i := range bucketed {
-			for _, key := range followersSet(ids[i], buckets[j]).keys {
-				cards[j] = append(cards[j], pipe.ZCard(ctx, key))
-			}
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("count followers in buckets: %w", err)
-		}
-		for j, i := range bucketed {
-			users[i].FollowersCount = 0
-			for _, c := range cards[j] {
-				users[i].FollowersCount += int(c.Val())
-			}
+			users[i] = &warble.User{ID: id, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
 		}
 		return users, nil
 	}
+}
+
+// findUserCounts reads the counts of users in one round trip: per user the
+// ZCARDs of the sets its counts are sizes of, and a second round trip for
+// users whose followers are in buckets, which sums the buckets' sizes.
+func (db *DB) findUserCounts(ctx context.Context, ids []string) ([]warble.UserCounts, error) {
+	type countCmds struct {
+		followers, following, posts *redis.IntCmd
+		fields                      *redis.SliceCmd // where the followers are; how many posts are archived
+	}
+	counts := make([]warble.UserCounts, len(ids))
+	cmds := make([]countCmds, len(ids))
+	pipe := db.client.Pipeline()
+	for i, id := range ids {
+		if !warble.ValidUserID(id) {
+			continue
+		}
+		// The followers count before the field that says where the
+		// followers are: a count read after the one set was deleted comes
+		// with a state that says they moved (see buckets.go).
+		followers := pipe.ZCard(ctx, followersKey(id))
+		cmds[i] = countCmds{
+			followers: followers,
+			fields:    pipe.HMGet(ctx, userKey(id), followerBucketsField, archivedPostsField),
+			following: pipe.ZCard(ctx, followingKey(id)),
+			posts:     pipe.ZCard(ctx, postsKey(id)),
+		}
+	}
+	if pipe.Len() == 0 {
+		return counts, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("count %d users: %w", len(ids), err)
+	}
+	var bucketed []int // indexes of users whose followers are in buckets
+	var buckets []int  // how many, for each
+	for i, c := range cmds {
+		if c.followers == nil {
+			continue
+		}
+		fields := c.fields.Val()
+		state, _ := fields[0].(string)
+		// Posts moved to the archive count as much as those in Redis.
+		archived, _ := fields[1].(string)
+		archivedN, _ := strconv.Atoi(archived)
+		counts[i] = warble.UserCounts{Followers: int(c.followers.Val()), Following: int(c.following.Val()), Posts: int(c.posts.Val()) + archivedN}
+		if n := parseFollowerState(state).buckets; n > 0 {
+			bucketed, buckets = append(bucketed, i), append(buckets, n)
+		}
+	}
+	if len(bucketed) == 0 {
+		return counts, nil
+	}
+	pipe = db.client.Pipeline()
+	cards := make([][]*redis.IntCmd, len(bucketed))
+	for j, i := range bucketed {
+		for _, key := range followersSet(ids[i], buckets[j]).keys {
+			cards[j] = append(cards[j], pipe.ZCard(ctx, key))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("count followers in buckets: %w", err)
+	}
+	for j, i := range bucketed {
+		counts[i].Followers = 0
+		for _, c := range cards[j] {
+			counts[i].Followers += int(c.Val())
+		}
+	}
+	return counts, nil
 }
 
 // compactUsers drops the nil entries of users.

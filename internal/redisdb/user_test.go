@@ -3,6 +3,7 @@ package redisdb
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,8 +159,8 @@ func reversed(s []string) []string {
 	return out
 }
 
-// TestUserCounts checks that the counts read with a user are the sizes of
-// the sets they count.
+// TestUserCounts checks that the counts of users are the sizes of the sets
+// they count, read in one batch, with zeros for ids of no user.
 func TestUserCounts(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
@@ -175,30 +176,25 @@ func TestUserCounts(t *testing.T) {
 	}
 	addPost(t, db, cal.ID)
 
-	tests := []struct {
-		name                               string
-		id                                 string
-		followers, following, postsWritten int
-	}{
-		{name: "Ada", id: ada.ID, followers: 2, following: 1, postsWritten: 3},
-		{name: "Bob", id: bob.ID, followers: 0, following: 1, postsWritten: 0},
-		{name: "Cal", id: cal.ID, followers: 1, following: 1, postsWritten: 1},
+	ids := []string{ada.ID, bob.ID, cal.ID, "999", "not an id"}
+	got, err := users.FindUserCounts(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			u, err := users.FindUserByID(ctx, tt.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if u.FollowersCount != tt.followers || u.FollowingCount != tt.following || u.PostsCount != tt.postsWritten {
-				t.Errorf("counts %d/%d/%d, want %d/%d/%d", u.FollowersCount, u.FollowingCount, u.PostsCount,
-					tt.followers, tt.following, tt.postsWritten)
-			}
-			if int64(u.FollowersCount) != db.client.ZCard(ctx, followersKey(tt.id)).Val() ||
-				int64(u.FollowingCount) != db.client.ZCard(ctx, followingKey(tt.id)).Val() ||
-				int64(u.PostsCount) != db.client.ZCard(ctx, postsKey(tt.id)).Val() {
-				t.Error("counts differ from the sizes of the sets")
-			}
-		})
+	want := []warble.UserCounts{
+		{Followers: 2, Following: 1, Posts: 3},
+		{Followers: 0, Following: 1, Posts: 0},
+		{Followers: 1, Following: 1, Posts: 1},
+		{}, {},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("FindUserCounts(%q) = %+v, want %+v", ids, got, want)
+	}
+	for i, id := range ids[:3] {
+		if int64(got[i].Followers) != db.client.ZCard(ctx, followersKey(id)).Val() ||
+			int64(got[i].Following) != db.client.ZCard(ctx, followingKey(id)).Val() ||
+			int64(got[i].Posts) != db.client.ZCard(ctx, postsKey(id)).Val() {
+			t.Errorf("counts of %s differ from the sizes of the sets", id)
+		}
 	}
 }

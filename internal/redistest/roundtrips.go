@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -9,7 +10,10 @@ import (
 
 // RoundTrips is a go-redis hook that counts round trips to Redis: each
 // command sent alone and each pipeline counts once. Add it to a client with
-// AddHook and read N before and after the work measured.
+// AddHook and read N before and after the work measured. The handshake of
+// a new connection (HELLO, CLIENT SETINFO) is not counted: it is the
+// pool's, made whenever concurrent work needs one more connection, and not
+// the cost of the work.
 type RoundTrips struct{ n atomic.Int64 }
 
 var _ redis.Hook = (*RoundTrips)(nil)
@@ -23,7 +27,9 @@ func (c *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next 
 // ProcessHook implements redis.Hook.
 func (c *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		if !handshake(cmd) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -31,7 +37,19 @@ func (c *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // ProcessPipelineHook implements redis.Hook.
 func (c *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !handshake(c) }) {
+			c.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// handshake reports whether cmd is one that go-redis sends on a new
+// connection before any other.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "client", "auth", "select":
+		return true
+	}
+	return false
 }

@@ -16,17 +16,20 @@ const (
 	MaxDisplayNameLen = 50 // Unicode code points
 )
 
-// User is a person with an account. The counts are read together with the
-// user and are the sizes of the lists they count at that moment.
+// User is a person with an account. Its counts are read apart (see
+// UserCounts), as few requests need them.
 type User struct {
 	ID          string
 	Username    string // as typed at signup; unique ignoring case
 	DisplayName string
 	CreatedAt   time.Time
+}
 
-	FollowersCount int
-	FollowingCount int
-	PostsCount     int
+// UserCounts are the sizes of a user's lists at the moment they are read.
+type UserCounts struct {
+	Followers int
+	Following int
+	Posts     int
 }
 
 // SignupInput is what a person gives to create an account.
@@ -119,6 +122,9 @@ type AuthPayload struct {
 // Sessions expire after a period without use (30 days by default); each
 // use pushes the expiry back.
 type Session struct {
+	// TokenHash names the session without giving it away (revocations
+	// carry it): a hash of its token, which the store may prefix with
+	// what it needs to find the session, such as the user id.
 	TokenHash string
 	UserID    string
 	ExpiresAt time.Time // as of when the session was last read
@@ -139,6 +145,10 @@ type UserService interface {
 
 	// NewestUsers returns up to n of the most recently created users, newest first.
 	NewestUsers(ctx context.Context, n int) ([]*User, error)
+
+	// FindUserCounts returns the counts of the users with the given ids in
+	// one batch, in the order of ids; an id with no user counts zeros.
+	FindUserCounts(ctx context.Context, ids []string) ([]UserCounts, error)
 }
 
 // AuthService manages passwords and sessions.
