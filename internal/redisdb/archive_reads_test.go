@@ -310,38 +310,50 @@ func mustSeq(t *testing.T, id string) int64 {
 }
 
 // TestGlobalPastCapWithArchive reads the global timeline past its cap: it
-// goes on with the archived posts below it, newest first; the posts below
-// the cap still in Redis are indexed nowhere and are not shown. Without an
-// archive it ends at its cap.
+// goes on with every older post, newest first, whether it is still in
+// Redis (the cap put its id in the tail) or archived, and an id both in the
+// tail and the archive (a move whose tail update did not run) is read
+// once. A deleted post leaves the tail. Without an archive the timeline
+// ends at its cap.
 func TestGlobalPastCapWithArchive(t *testing.T) {
 	db, _ := newArchivedDB(t, Options{GlobalCap: 5})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
-	var adas, bobs []*warble.Post
+	var all []*warble.Post
 	for i := range 8 {
-		adas = append(adas, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
-		bobs = append(bobs, mustCreatePost(t, db, bob.ID, fmt.Sprint(i)))
+		all = append(all, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+		all = append(all, mustCreatePost(t, db, bob.ID, fmt.Sprint(i)))
 	}
-	archivePosts(t, db, adas[:3]...)
-	archivePosts(t, db, bobs[:5]...)
-	// In Redis: the global timeline's 5 newest; below them the archived
-	// posts, and adas[3..5], bobs[5] which are in Redis but not indexed.
-	want := reversed(idsOf([]*warble.Post{adas[5], bobs[5], adas[6], bobs[6], adas[7], bobs[7]}))[:5]
-	var archived []*warble.Post
-	for i := range 8 {
-		if i < 3 {
-			archived = append(archived, adas[i])
-		}
-		if i < 5 {
-			archived = append(archived, bobs[i])
-		}
+	// adas[0..2] and bobs[0..4] move to the archive; archivePosts, like a
+	// mover that died before its tail update, leaves their ids in the
+	// tail.
+	archivePosts(t, db, all[0], all[2], all[4])
+	archivePosts(t, db, all[1], all[3], all[5], all[7], all[9])
+	if n := db.client.ZCard(context.Background(), globalTailKey).Val(); n != int64(len(all)-5) {
+		t.Fatalf("the global timeline's tail holds %d ids, want the %d its cap took off", n, len(all)-5)
 	}
-	slices.SortFunc(archived, func(a, b *warble.Post) int { return int(b.Seq - a.Seq) })
-	want = append(want, idsOf(archived)...)
+	want := reversed(idsOf(all))
 	for _, first := range []int{1, 4, 5, 100} {
 		if got := readTimeline(t, db, warble.GlobalFeed(), first, nil); !slices.Equal(got, want) {
 			t.Errorf("pages of %d read\n%v\nwant\n%v", first, got, want)
 		}
+	}
+
+	// A deleted post, in the tail (all[6]) or archived (all[0]), is gone
+	// from it, and from the tail.
+	posts := NewPostService(db)
+	for _, p := range []*warble.Post{all[6], all[0]} {
+		if err := posts.DeletePost(context.Background(), p.AuthorID, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drainFanOut(t, db)
+	if db.client.ZScore(context.Background(), globalTailKey, all[6].ID).Err() == nil {
+		t.Errorf("deleted post %s is still in the global timeline's tail", all[6].ID)
+	}
+	want = reversed(idsOf(append(slices.Clone(all[1:6]), all[7:]...)))
+	if got := readTimeline(t, db, warble.GlobalFeed(), 3, nil); !slices.Equal(got, want) {
+		t.Errorf("after two deletes, pages of 3 read\n%v\nwant\n%v", got, want)
 	}
 
 	plain := newTestDB(t, Options{GlobalCap: 5})
@@ -599,5 +611,37 @@ func TestRebuildReadsArchive(t *testing.T) {
 	want = reversed(append(want, idsOf(missed)...))
 	if got := readTimeline(t, db, warble.HomeFeed(away.ID), 10, nil); !slices.Equal(got, want) {
 		t.Errorf("home after coming back = %v, want %v", got, want)
+	}
+}
+
+// TestGlobalTailFollowsTheMover: the global timeline's tail holds the ids
+// of the posts its cap took off while they are in Redis; the mover takes
+// the ids of the posts it moves out of it, and the timeline reads the same
+// before and after.
+func TestGlobalTailFollowsTheMover(t *testing.T) {
+	ctx := context.Background()
+	db, _ := newArchiveTestDB(t, Options{GlobalCap: 3, PostsInRedis: 4})
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 10 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, fmt.Sprint(i)))
+	}
+	want := reversed(idsOf(posts))
+	if got := readTimeline(t, db, warble.GlobalFeed(), 4, nil); !slices.Equal(got, want) {
+		t.Fatalf("before the move, pages of 4 read\n%v\nwant\n%v", got, want)
+	}
+	if moved := drainMoves(t, db); moved != 6 {
+		t.Fatalf("the mover moved %d posts, want 6", moved)
+	}
+	tail, err := db.client.ZRange(ctx, globalTailKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 7 ids went to the tail (10 posts, a cap of 3); the 6 oldest moved.
+	if want := []string{posts[6].ID}; !slices.Equal(tail, want) {
+		t.Errorf("the global timeline's tail after the move = %v, want %v", tail, want)
+	}
+	if got := readTimeline(t, db, warble.GlobalFeed(), 4, nil); !slices.Equal(got, want) {
+		t.Errorf("after the move, pages of 4 read\n%v\nwant\n%v", got, want)
 	}
 }

@@ -76,8 +76,11 @@ return 1
 // timeline. CreatePost runs it for a prompt read, and the post's fan-out job
 // again, for the guarantee.
 func (db *DB) listGlobal(ctx context.Context, pipe redis.Pipeliner, seqText, postID, added string) *redis.Cmd {
-	return db.pub(deliverScript).EvalSha(ctx, pipe, []string{globalKey},
-		seqText, postID, "", db.opts.GlobalCap, globalChannel, added, 0)
+	keys := []string{globalKey}
+	if db.opts.Archive != nil {
+		keys = append(keys, globalTailKey)
+	}
+	return db.pub(listGlobalScript).EvalSha(ctx, pipe, keys, seqText, postID, db.opts.GlobalCap, globalChannel, added)
 }
 
 // undeliverScript takes a post off one timeline (the global timeline or a
@@ -133,7 +136,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			db.listGlobal(ctx, pipe, seqText, postID, added)
 		}
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
-	}, db.pub(deliverScript))
+	}, db.pub(listGlobalScript))
 	if err != nil {
 		return fmt.Errorf("list post %s: %w", postID, err)
 	} else if exists.Val() == 0 {
@@ -325,6 +328,9 @@ func (db *DB) undeliver(ctx context.Context, followers []string, seq int64, post
 func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error {
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		db.pub(undeliverScript).EvalSha(ctx, pipe, []string{globalKey}, postID, globalChannel, encodeRemoved(seq, postID))
+		if db.opts.Archive != nil {
+			pipe.ZRem(ctx, globalTailKey, postID)
+		}
 	}, db.pub(undeliverScript))
 	if err != nil {
 		return fmt.Errorf("take post %s off the global timeline: %w", postID, err)

@@ -29,6 +29,16 @@ const (
 	// removed: its pulled posts are merged into home timelines for good.
 	pullAuthorsKey = prefix + "pull"
 
+	// globalTailKey is a ZSET of the ids of posts that the global
+	// timeline's cap took off it while they were still in Redis, scored
+	// by seq, kept only with an archive: w:{w:global}:tail. Past its cap
+	// the global timeline goes on from it merged with the archive, which
+	// holds the older posts (see global.go). It carries the global
+	// timeline's key as its hash tag, so the script that trims the one
+	// writes the other. A post leaves it when it moves to the archive or
+	// is deleted.
+	globalTailKey = prefix + "{" + globalKey + "}:tail"
+
 	// globalChannel carries the events of the global timeline. It carries
 	// the global timeline's key as its hash tag, so that on a cluster it
 	// is a shard channel of that key's slot, where the scripts that write

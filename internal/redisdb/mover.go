@@ -450,6 +450,9 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	if db.opts.Moved != nil && moved > 0 {
 		db.opts.Moved(int(moved))
 	}
+	if moved > 0 {
+		db.untail(ctx, posts)
+	}
 	db.moveStage("moved")
 	if gone := toStrings(res[1]); len(gone) > 0 {
 		if err := db.forgetGone(ctx, authorID, token, gone); err != nil {

@@ -178,7 +178,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 			due = s.db.markDue(ctx, pipe, authorID, dueAt)
 		}
 		author = s.db.queueUsers(ctx, pipe, []string{authorID})
-	}, s.db.pub(deliverScript))
+	}, s.db.pub(listGlobalScript))
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
 		gerr = global.Err()

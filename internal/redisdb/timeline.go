@@ -201,12 +201,11 @@ type beyondRedis struct {
 //     cap: the rest is pulled from the posts of the accounts the owner
 //     follows now, and their own (see pullHome). A home timeline short of
 //     its cap holds everything, and ends.
-//   - The global timeline at its cap goes on from the archive, which holds
-//     everybody's older posts. No index holds the posts below the cap that
-//     are still in Redis, so those are skipped; without an archive the
-//     global timeline ends at its cap.
+//   - The global timeline goes on, with an archive, from the posts its cap
+//     took off it that are still in Redis (its tail) merged with the
+//     archive (see global.go); without an archive it ends at its cap.
 //
-// It costs one round trip.
+// It costs one round trip, or none.
 func (s *PostService) beyondRedis(ctx context.Context, db *DB, feed warble.Feed, sources []string) (*beyondRedis, error) {
 	archive := db.opts.Archive
 	switch feed.Kind {
@@ -226,17 +225,9 @@ func (s *PostService) beyondRedis(ctx context.Context, db *DB, feed warble.Feed,
 		if archive == nil {
 			return nil, nil
 		}
-		n, err := db.client.ZCard(ctx, globalKey).Result()
-		if err != nil {
-			return nil, err
-		} else if n < int64(db.opts.GlobalCap) {
-			return nil, nil
-		}
-		return &beyondRedis{read: func(ctx context.Context, below int64, bounded bool, limit int) ([]feedEntry, error) {
-			return archivedEntries(ctx, below, bounded, func(before int64) ([]*warble.Post, error) {
-				return archive.LatestPosts(ctx, before, limit)
-			})
-		}}, nil
+		// Whether or not w:global is at its cap now: deletes may have
+		// taken it below after the cap had trimmed it.
+		return &beyondRedis{read: db.globalPastCap}, nil
 	case warble.FeedHome:
 		authors, full, err := s.db.homeAuthors(ctx, feed.UserID, sources)
 		if err != nil || !full {
