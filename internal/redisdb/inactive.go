@@ -154,7 +154,9 @@ return added
 // the user, at most HomeCap of them, merged by seq. (The user's own posts
 // are in a timeline that fan-out skipped, but not in one that
 // dropIdleHomes dropped, which has newest 0.) Three round trips: the
-// following set; the posts; the write.
+// following set; the posts; the write. With an archive, a fourth and one
+// query when some followed account's posts set falls short of what the
+// rebuild needs: their posts that moved meanwhile.
 func (db *DB) rebuildHome(ctx context.Context, userID string, newest int64) error {
 	following, err := db.client.ZRange(ctx, followingKey(userID), 0, -1).Result()
 	if err != nil {
