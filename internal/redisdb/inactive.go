@@ -359,33 +359,9 @@ func (db *DB) backfillSeenIndex(ctx context.Context) error {
 	} else if n == 1 {
 		return nil
 	}
-	var mu sync.Mutex
-	var keys []string
-	var total int64
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		n, err := c.DBSize(ctx).Result()
-		if err != nil || n == 0 {
-			return err
-		}
-		iter := c.Scan(ctx, 0, prefix+"u:{*}:seen", sweepCount).Iterator()
-		var found []string
-		for iter.Next(ctx) {
-			found = append(found, iter.Val())
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		total += n
-		keys = append(keys, found...)
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := db.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, db.client)
-	}
+	keys, total, err := db.scanEveryMaster(ctx, prefix+"u:{*}:seen")
 	if err != nil {
-		return fmt.Errorf("backfill the seen index: scan: %w", err)
+		return fmt.Errorf("backfill the seen index: %w", err)
 	} else if total == 0 {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -596,27 +595,13 @@ func (db *DB) backfillArchiveDue(ctx context.Context) error {
 	} else if n == 1 {
 		return nil
 	}
-	var mu sync.Mutex
-	var authors []string
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, prefix+"u:{*}:posts", sweepCount).Iterator()
-		for iter.Next(ctx) {
-			key := iter.Val()
-			id := key[strings.Index(key, "{")+1 : strings.Index(key, "}")]
-			mu.Lock()
-			authors = append(authors, id)
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := db.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, db.client)
-	}
+	keys, _, err := db.scanEveryMaster(ctx, prefix+"u:{*}:posts")
 	if err != nil {
-		return fmt.Errorf("backfill the archive's due index: scan: %w", err)
+		return fmt.Errorf("backfill the archive's due index: %w", err)
+	}
+	authors := make([]string, len(keys))
+	for i, key := range keys {
+		authors[i] = key[strings.Index(key, "{")+1 : strings.Index(key, "}")]
 	}
 	for start := 0; start < len(authors); start += sweepCount {
 		chunk := authors[start:min(start+sweepCount, len(authors))]

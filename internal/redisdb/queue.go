@@ -190,34 +190,9 @@ func (db *DB) backfillOutboxIndex(ctx context.Context) error {
 	} else if n == 1 {
 		return nil
 	}
-	pattern := prefix + "u:{*}:outbox"
-	var mu sync.Mutex
-	var outboxes []string
-	var keys int64
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		n, err := c.DBSize(ctx).Result()
-		if err != nil || n == 0 {
-			return err
-		}
-		mu.Lock()
-		keys += n
-		mu.Unlock()
-		iter := c.Scan(ctx, 0, pattern, sweepCount).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			outboxes = append(outboxes, iter.Val())
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := db.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, db.client)
-	}
+	outboxes, keys, err := db.scanEveryMaster(ctx, prefix+"u:{*}:outbox")
 	if err != nil {
-		return fmt.Errorf("backfill the outbox index: scan: %w", err)
+		return fmt.Errorf("backfill the outbox index: %w", err)
 	} else if keys == 0 {
 		return nil
 	}
@@ -251,6 +226,44 @@ func (db *DB) backfillOutboxIndex(ctx context.Context) error {
 	}
 	db.log.InfoContext(ctx, "outbox index backfilled from the outboxes", "outboxes", len(outboxes), "jobs", indexed)
 	return nil
+}
+
+// scanEveryMaster returns the keys that match pattern on every master (on
+// one Redis, its keys), with a SCAN of each, and how many keys the masters
+// hold in all, so that a backfill can tell an empty database, which gets
+// no marker, from one without a match. The backfills of the indexes
+// (backfillOutboxIndex, backfillSeenIndex, backfillArchiveDue) run it once
+// per database.
+func (db *DB) scanEveryMaster(ctx context.Context, pattern string) ([]string, int64, error) {
+	var mu sync.Mutex
+	var found []string
+	var total int64
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		n, err := c.DBSize(ctx).Result()
+		if err != nil || n == 0 {
+			return err
+		}
+		var keys []string
+		iter := c.Scan(ctx, 0, pattern, sweepCount).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		total += n
+		found = append(found, keys...)
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := db.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, db.client)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("scan for %s: %w", pattern, err)
+	}
+	return found, total, nil
 }
 
 // job is one entry of the stream.
