@@ -124,6 +124,21 @@ func (h *Hub) Close() error {
 
 	close(h.done)
 	h.cancel()
+	// Subscriptions with nothing to deliver have no goroutine that would
+	// see done: they are ended here.
+	h.mu.Lock()
+	var subs []*subscriber
+	for _, ch := range h.channels {
+		ch.mu.Lock()
+		for sub := range ch.subs {
+			subs = append(subs, sub)
+		}
+		ch.mu.Unlock()
+	}
+	h.mu.Unlock()
+	for _, sub := range subs {
+		sub.end()
+	}
 	for _, w := range watches {
 		w.cancel()
 	}
@@ -186,7 +201,7 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go h.pump(ctx, sub, replay, out)
+	sub.begin(ctx, replay, out)
 	return out, nil
 }
 
