@@ -40,23 +40,18 @@ type GorillaWebsocket struct {
 	KeepAlive *KeepAlive
 }
 
-// writeBuffers holds the write buffers of websockets between writes: a
-// connection holds one only while it writes a message, not for its life.
-var writeBuffers sync.Pool
-
 var _ transport.WebsocketImplementation = GorillaWebsocket{}
 
 // Accept implements transport.WebsocketImplementation.
 func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
 	upgrader := websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		// No read buffer of its own: the connection reads through the
-		// one net/http already holds for it (its handler goroutine lives
-		// as long as the socket), instead of a second one.
-		WriteBufferSize: 1024,
-		WriteBufferPool: &writeBuffers,
-		Subprotocols:    opts.Subprotocols,
-		CheckOrigin:     g.checkOrigin,
+		// No buffers of its own: the connection reads and writes through
+		// the 4 KB buffers net/http already holds for it (its handler
+		// goroutine lives as long as the socket, so they cannot be freed),
+		// instead of a second pair.
+		Subprotocols: opts.Subprotocols,
+		CheckOrigin:  g.checkOrigin,
 	}
 	conn, err := upgrader.Upgrade(w, r, opts.ResponseHeader)
 	if err != nil {
