@@ -36,6 +36,8 @@ type liveResult struct {
 	rssAfter      int64         // and with them open and idle
 	warmLost      int           // subscribers that missed the first post (not yet live)
 	p50, p99, max time.Duration // createPost answered -> next message, over those received
+	globalP99     time.Duration // the same on the global timeline's subscribers alone
+	homeP99       time.Duration // and on the home timelines' alone
 	lost          int           // subscribers the measured post did not reach within the timeout
 	early         int           // next messages that arrived before createPost answered (counted as 0)
 }
@@ -63,6 +65,8 @@ func (l liveResult) write(out io.Writer) {
 	}
 	fmt.Fprintf(out, "  one post, createPost answered -> next message: p50 %s, p99 %s (target <= 200ms), max %s; lost %d; %d arrived before the answer\n",
 		l.p50.Round(time.Microsecond), l.p99.Round(time.Microsecond), l.max.Round(time.Microsecond), l.lost, l.early)
+	fmt.Fprintf(out, "  p99 on the global timeline's subscribers %s, on the home timelines' %s\n",
+		l.globalP99.Round(time.Microsecond), l.homeP99.Round(time.Microsecond))
 }
 
 // raiseFileLimit lifts the soft limit on open files to the hard one: each
@@ -263,10 +267,12 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 		err := post(ctx, hc, serverURL+"/graphql", author.Token, createPostQuery, map[string]any{"b": body})
 		return time.Now(), err
 	}
+	var homeLat, globalLat []time.Duration
 	collect := func(answered time.Time) (lat []time.Duration, lost, early int, err error) {
 		deadline := time.NewTimer(o.liveTimeout)
 		defer deadline.Stop()
-		for _, s := range sockets {
+		homeLat, globalLat = nil, nil
+		for i, s := range sockets {
 			select {
 			case at, ok := <-s.got:
 				if !ok {
@@ -279,6 +285,11 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 					d = 0
 				}
 				lat = append(lat, d)
+				if i < r.home {
+					homeLat = append(homeLat, d)
+				} else {
+					globalLat = append(globalLat, d)
+				}
 			case err := <-errs:
 				return nil, 0, 0, err
 			case <-deadline.C:
@@ -322,11 +333,15 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 		return r, err
 	}
 	r.lost, r.early = lost, early
-	if len(lat) > 0 {
+	pct := func(lat []time.Duration, p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
 		slices.Sort(lat)
-		pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-		r.p50, r.p99, r.max = pct(0.5), pct(0.99), lat[len(lat)-1]
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 	}
+	r.p50, r.p99, r.max = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 1)
+	r.globalP99, r.homeP99 = pct(globalLat, 0.99), pct(homeLat, 0.99)
 	return r, nil
 }
 
