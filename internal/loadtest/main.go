@@ -193,8 +193,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.users < 2 || o.runs < 1 || o.concurrency < 1 {
 		return errors.New("need -users >= 2, -runs >= 1, -concurrency >= 1")
 	}
-	if o.sockets < 0 || o.sockets > 100_000 || o.liveTimeout <= 0 {
-		return errors.New("need -sockets from 0 to 100000 and -live-timeout > 0")
+	if o.sockets < 0 || o.sockets > 100_000 {
+		return errors.New("need -sockets from 0 to 100000")
+	}
+	if o.liveTimeout <= 0 {
+		o.liveTimeout = 2 * time.Minute
 	}
 	if o.fanoutTimeout <= 0 {
 		o.fanoutTimeout = time.Minute
