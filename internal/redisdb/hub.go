@@ -48,6 +48,9 @@ type Hub struct {
 
 	seenEvery time.Duration // how often a live home timeline records its owner as seen
 
+	eventsMu sync.Mutex
+	events   map[string]*sharedEvent // by post id (see hub_events.go)
+
 	// The connections (see hub_conns.go): single on one Redis; on a
 	// cluster, conns by master address, connOf by channel, the channels
 	// that could not be subscribed yet (with whether they need a RESYNC
@@ -92,6 +95,7 @@ func NewHub(db *DB) *Hub {
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
 		routes:       make(map[string]map[*hubChannel]struct{}),
 		seenEvery:    db.seenEvery(),
+		events:       make(map[string]*sharedEvent),
 		conns:        make(map[string]*hubConn),
 		connOf:       make(map[string]*hubConn),
 		orphans:      make(map[string]bool),

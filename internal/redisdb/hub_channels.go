@@ -251,9 +251,9 @@ func (ch *hubChannel) pull() {
 	} else {
 		entries, err = h.db.rangeFeed(h.ctx, args)
 	}
-	var posts []*warble.Post
+	var events []*warble.TimelineEvent
 	if err == nil && len(entries) <= pullLimit {
-		posts, err = h.db.loadPosts(h.ctx, entries)
+		events, err = h.addedEvents(h.ctx, entries)
 	}
 	if err != nil {
 		if h.ctx.Err() == nil {
@@ -272,8 +272,8 @@ func (ch *hubChannel) pull() {
 		ch.recent.add(e.seq)
 		ch.last = max(ch.last, e.seq)
 	}
-	for _, p := range posts {
-		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
+	for _, ev := range events {
+		ch.dispatch(&hubEvent{ev: ev, seq: ev.Post.Seq})
 	}
 }
 

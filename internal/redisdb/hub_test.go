@@ -121,6 +121,32 @@ func TestHubPostAdded(t *testing.T) {
 	}
 }
 
+// TestHubSharesAddedEvents checks that the channels a post reaches read it
+// once between them: every channel hands out the same event, which the
+// GraphQL layer then marshals once per selection.
+func TestHubSharesAddedEvents(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	feeds := []<-chan *warble.TimelineEvent{
+		mustSubscribe(t, h, warble.GlobalFeed(), nil),
+		mustSubscribe(t, h, warble.UserFeed(ada.ID), nil),
+	}
+	for _, name := range []string{"bob", "cyd", "dee"} {
+		u := mustSignup(t, db, name)
+		mustFollow(t, db, u.ID, ada.ID)
+		feeds = append(feeds, mustSubscribe(t, h, warble.HomeFeed(u.ID), nil))
+	}
+	p := mustCreatePost(t, db, ada.ID, "once")
+	first := nextEvent(t, feeds[0])
+	wantAdded(t, first, p)
+	for i, events := range feeds[1:] {
+		if ev := nextEvent(t, events); ev != first {
+			t.Errorf("channel %d: event %p (%+v), want the global channel's %p", i+1, ev, ev, first)
+		}
+	}
+}
+
 func TestHubPostRemoved(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
