@@ -8,7 +8,10 @@
 //     gqlgen's goroutine per element;
 //   - its object marshallers compute the path of a deferred group with
 //     deferredPath (lists.go), which skips it when nothing is deferred,
-//     as is almost always so, instead of building it for every object.
+//     as is almost always so, instead of building it for every object;
+//   - its subscription fields marshal each event with
+//     sharedTimelineEvent (shared_events.go), once per distinct selection
+//     rather than once per subscriber.
 package main
 
 import (
@@ -27,6 +30,10 @@ func main() {
 		// Every list marshaller has the list in v and its selection in sel.
 		{"graphql.MarshalSliceConcurrently(ctx, len(v),", "marshalList(ctx, sel, v, len(v),"},
 		{"Path:     graphql.GetPath(ctx),", "Path:     deferredPath(ctx, deferLabelToView),"},
+		// Only subscription fields return a TimelineEvent, and their
+		// stream marshallers name the selection "selections".
+		{"return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)",
+			"return ec.sharedTimelineEvent(ctx, selections, v)"},
 	} {
 		if !bytes.Contains(src, []byte(r.from)) {
 			log.Fatalf("%s: no %q to rewrite: has gqlgen changed?", file, r.from)

@@ -2820,7 +2820,7 @@ func (ec *executionContext) _Subscription_homeTimeline(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2864,7 +2864,7 @@ func (ec *executionContext) _Subscription_globalTimeline(ctx context.Context, fi
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2908,7 +2908,7 @@ func (ec *executionContext) _Subscription_userPosts(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v)
 		},
 		true,
 		true,

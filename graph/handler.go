@@ -70,16 +70,17 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		keepAlive = 15 * time.Second
 	}
 	readLimit := int64(MaxWebsocketMessage)
-	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout, Allow: cfg.AllowWebsocket}
+	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout, Allow: cfg.AllowWebsocket,
+		KeepAlive: NewKeepAlive(keepAlive)}
 	present := ErrorPresenter(cfg.Logger)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
 	srv.AddTransport(transport.Websocket{
-		Implementation:        ws,
-		InitFunc:              websocketInit(cfg.Resolver.Auth, cfg.Sessions),
-		InitTimeout:           10 * time.Second,
-		KeepAlivePingInterval: keepAlive,
-		PingPongInterval:      keepAlive,
-		PayloadReadLimit:      &readLimit,
+		Implementation: ws,
+		InitFunc:       websocketInit(cfg.Resolver.Auth, cfg.Sessions),
+		InitTimeout:    10 * time.Second,
+		// Keep-alives and their read deadlines are ws.KeepAlive's: one
+		// goroutine for every connection instead of one for each.
+		PayloadReadLimit: &readLimit,
 		ErrorFunc: func(ctx context.Context, err error) {
 			cfg.Logger.DebugContext(ctx, "websocket error", "err", err)
 		},

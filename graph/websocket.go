@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,10 @@ type GorillaWebsocket struct {
 	// Allow, if set, is asked before each handshake is accepted, with the
 	// client's address; an ERATELIMITED error refuses it with 429.
 	Allow func(ctx context.Context, addr string) error
+	// KeepAlive, if set, sends the keep-alive messages of every connection
+	// and enforces their read deadlines, in place of gqlgen's goroutine per
+	// connection (see keepAlive).
+	KeepAlive *KeepAlive
 }
 
 var _ transport.WebsocketImplementation = GorillaWebsocket{}
@@ -41,10 +46,12 @@ var _ transport.WebsocketImplementation = GorillaWebsocket{}
 func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
 	upgrader := websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		ReadBufferSize:   1024,
-		WriteBufferSize:  1024,
-		Subprotocols:     opts.Subprotocols,
-		CheckOrigin:      g.checkOrigin,
+		// No buffers of its own: the connection reads and writes through
+		// the 4 KB buffers net/http already holds for it (its handler
+		// goroutine lives as long as the socket, so they cannot be freed),
+		// instead of a second pair.
+		Subprotocols: opts.Subprotocols,
+		CheckOrigin:  g.checkOrigin,
 	}
 	conn, err := upgrader.Upgrade(w, r, opts.ResponseHeader)
 	if err != nil {
@@ -55,7 +62,11 @@ func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts tr
 		timeout = 10 * time.Second
 	}
 	closeCode, _ := r.Context().Value(closeCodeKey{}).(*atomic.Int32)
-	return &gorillaConn{conn: conn, writeTimeout: timeout, closeCode: closeCode}, nil
+	c := &gorillaConn{conn: conn, writeTimeout: timeout, closeCode: closeCode, keepAlive: g.KeepAlive}
+	if c.keepAlive != nil {
+		c.keepAlive.add(c)
+	}
+	return c, nil
 }
 
 // guard refuses websocket handshakes that Accept would refuse, with one
@@ -180,11 +191,17 @@ func OriginAllowed(allowed []string, origin string) bool {
 }
 
 // gorillaConn adapts a *websocket.Conn to transport.WebsocketConn. gqlgen
-// serialises writes, so no lock is needed here.
+// serialises its own writes; wmu serialises them with the keep-alives.
 type gorillaConn struct {
 	conn         *websocket.Conn
 	writeTimeout time.Duration
 	closeCode    *atomic.Int32 // replaces a normal closure when set; may be nil
+
+	wmu       sync.Mutex
+	keepAlive *KeepAlive  // nil: gqlgen keeps the connection alive
+	heard     atomic.Bool // a message came since the last keep-alive
+	pinging   atomic.Bool // a keep-alive is being written
+	closed    atomic.Bool
 }
 
 var (
@@ -195,6 +212,9 @@ var (
 
 func (c *gorillaConn) NextReader() (int, io.Reader, error) {
 	typ, r, err := c.conn.NextReader()
+	if err == nil {
+		c.heard.Store(true)
+	}
 	var closeErr *websocket.CloseError
 	if errors.As(err, &closeErr) && (closeErr.Code == websocket.CloseNormalClosure ||
 		closeErr.Code == websocket.CloseGoingAway || closeErr.Code == websocket.CloseNoStatusReceived) {
@@ -211,12 +231,28 @@ func (c *gorillaConn) NextReader() (int, io.Reader, error) {
 // ends the connection and its subscriptions; the client reconnects and
 // resumes with after:.
 func (c *gorillaConn) WriteJSON(v any) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	if err == nil {
 		err = c.conn.WriteJSON(v)
 	}
 	if err != nil {
-		c.conn.Close()
+		c.Close()
+	}
+	return err
+}
+
+// writeRaw is WriteJSON for a message already encoded.
+func (c *gorillaConn) writeRaw(msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	if err == nil {
+		err = c.conn.WriteMessage(websocket.TextMessage, msg)
+	}
+	if err != nil {
+		c.Close()
 	}
 	return err
 }
@@ -231,7 +267,20 @@ func (c *gorillaConn) WriteClose(code int, message string) error {
 	return c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.writeTimeout))
 }
 
-func (c *gorillaConn) Close() error                      { return c.conn.Close() }
-func (c *gorillaConn) Subprotocol() string               { return c.conn.Subprotocol() }
-func (c *gorillaConn) SetReadLimit(limit int64)          { c.conn.SetReadLimit(limit) }
-func (c *gorillaConn) SetReadDeadline(t time.Time) error { return c.conn.SetReadDeadline(t) }
+func (c *gorillaConn) Close() error {
+	if c.keepAlive != nil && !c.closed.Swap(true) {
+		c.keepAlive.remove(c)
+	}
+	return c.conn.Close()
+}
+
+func (c *gorillaConn) Subprotocol() string      { return c.conn.Subprotocol() }
+func (c *gorillaConn) SetReadLimit(limit int64) { c.conn.SetReadLimit(limit) }
+
+// SetReadDeadline sets the read deadline, unless KeepAlive owns it.
+func (c *gorillaConn) SetReadDeadline(t time.Time) error {
+	if c.keepAlive != nil {
+		return nil
+	}
+	return c.conn.SetReadDeadline(t)
+}

@@ -61,6 +61,12 @@ type options struct {
 	listpackEntries []int         // the zset-max-listpack-entries values the compact measurement compares
 	chart           string        // SVG file to write, if set
 	note            string        // free text for the report, such as the commit measured
+
+	sockets     int           // live subscribers to open at once; 0: no live measurement
+	socketsOnly bool          // measure only the live subscribers
+	serverPID   int           // the server's process, whose RSS the live measurement reads; 0: not known
+	liveTimeout time.Duration // longest time to open the subscribers, and to wait for one post to reach them
+	liveIdle    time.Duration // how long the subscribers stay idle before the server's RSS is read
 }
 
 func main() {
@@ -89,6 +95,12 @@ func main() {
 	limits := flag.String("listpack-entries", "128,cap", "the zset-max-listpack-entries values -compact-homes compares, comma-separated; cap: the home cap")
 	flag.StringVar(&o.chart, "chart", "", "write an SVG chart of the results against their targets to this file")
 	flag.StringVar(&o.note, "note", "", "free text for the report and the chart, such as the commit measured")
+	flag.IntVar(&o.sockets, "sockets", 0, "open this many graphql-transport-ws subscribers at once (a fifth on the home timelines of one author's followers, "+
+		"the rest on the global timeline), and time one post of that author to all of them; 0: do not")
+	flag.BoolVar(&o.socketsOnly, "sockets-only", false, "measure only the -sockets subscribers")
+	flag.IntVar(&o.serverPID, "server-pid", 0, "the server's process id, for its RSS before and after the -sockets subscribers open (run.sh passes it)")
+	flag.DurationVar(&o.liveTimeout, "live-timeout", 2*time.Minute, "longest time to open the -sockets subscribers, and to wait for one post to reach them all")
+	flag.DurationVar(&o.liveIdle, "live-idle", 5*time.Second, "how long the -sockets subscribers stay idle before the server's RSS is read")
 	flag.Parse()
 	var err error
 	if o.fanoutSizes, err = parseSizes(sizes, o.users); err != nil {
@@ -181,6 +193,12 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.users < 2 || o.runs < 1 || o.concurrency < 1 {
 		return errors.New("need -users >= 2, -runs >= 1, -concurrency >= 1")
 	}
+	if o.sockets < 0 || o.sockets > 100_000 {
+		return errors.New("need -sockets from 0 to 100000")
+	}
+	if o.liveTimeout <= 0 {
+		o.liveTimeout = 2 * time.Minute
+	}
 	if o.fanoutTimeout <= 0 {
 		o.fanoutTimeout = time.Minute
 	}
@@ -213,6 +231,18 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "seeded %d users, %d follows (followers: max %d, median %d), %d posts in %s\n",
 		len(g.tokens), g.follows, g.maxFollowers, g.medianFollowers, g.posts, time.Since(start).Round(time.Millisecond))
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency * 2}, Timeout: 10 * time.Second}
+	if o.sockets > 0 {
+		// First, while the server has seen no other load.
+		live, err := measureLive(ctx, db, hc, o.serverURL, o, out)
+		if err != nil {
+			return fmt.Errorf("live subscribers: %w", err)
+		}
+		live.write(out)
+		if o.socketsOnly {
+			return nil
+		}
+	}
 	if len(o.fanoutSizes) > 0 {
 		start = time.Now()
 		if rep.fanAuthors, err = seedFans(ctx, db, rdb, o.fanoutSizes); err != nil {
@@ -227,7 +257,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	rep.createAuthors, rep.createMaxFollowers = len(writers), slices.Max(g.followersOf(writers))
 
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency * 2}, Timeout: 10 * time.Second}
 	gql := o.serverURL + "/graphql"
 	home := func(ctx context.Context, r *rand.Rand) error {
 		i := r.IntN(len(g.tokens))

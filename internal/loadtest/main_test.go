@@ -206,6 +206,7 @@ func TestRunTiny(t *testing.T) {
 		duration: 50 * time.Millisecond, concurrency: 2, seed: 1,
 		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fewFollowers: 1000, chart: chart,
 		compactHomes: 30, homeCap: 1000, listpackEntries: []int{128, 1000},
+		sockets: 10, liveIdle: 10 * time.Millisecond,
 	}
 	compact := []string{
 		"compact timelines: 30 home timelines filled to the cap (1000 post ids",
@@ -221,6 +222,7 @@ func TestRunTiny(t *testing.T) {
 	report := out.String()
 	for _, want := range append(compact,
 		"seeded 12 users", "seeded 30 more users straight into Redis",
+		"live: 10 subscribers (8 on globalTimeline, 2 on their homeTimeline)", "; lost 0; ",
 		"| `homeTimeline(first: 20)` with authors, HTTP |", "| `{ __typename }`, HTTP |",
 		"| same page, go-redis directly", "| `createPost`, HTTP, by the 12 users with ≤ 1000 followers",
 		"| `createPost`, the same, one request at a time |",
@@ -264,6 +266,7 @@ func startWarble(t *testing.T, workers int) (*redistest.Server, *redisdb.DB, str
 	h := gqlgraph.AuthMiddleware(resolver.Auth, gqlgraph.NewHandler(gqlgraph.HandlerConfig{Resolver: resolver, Sessions: hub, Logger: quiet}))
 	mux := http.NewServeMux()
 	mux.Handle("POST /graphql", h)
+	mux.Handle("GET /graphql", h) // the live subscribers
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	ctx, cancel := context.WithCancel(context.Background())

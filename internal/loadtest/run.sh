@@ -18,6 +18,10 @@
 # limit (-listpack-entries, default 128 and the cap) and reports their
 # memory and the fan-out to them:
 #   internal/loadtest/run.sh -fanout-sizes 10000 -compact-homes 10000
+# With -sockets N, the tool opens N live subscribers on the server and reads
+# the server's RSS (it is given the server's pid); -sockets-only skips the
+# rest:
+#   internal/loadtest/run.sh -users 2 -posts 0 -sockets 10000 -sockets-only
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -57,6 +61,9 @@ else
   redis_url="unix://$dir/redis.sock"
 fi
 
+# Each live subscriber is a descriptor in the server and one in the tool.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
 pull_threshold=${FANOUT_PULL_THRESHOLD:-1000000}
 commit=$(git describe --always --dirty 2>/dev/null || echo unknown)
 
@@ -74,7 +81,8 @@ bucket_args=()
 REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
   FANOUT_PULL_THRESHOLD="$pull_threshold" \
   "$dir/warble" >"$dir/warble.log" 2>&1 &
-pids+=($!)
+warble_pid=$!
+pids+=($warble_pid)
 url=
 for _ in $(seq 100); do
   url=$(sed -n '/warble is listening/s/.*url=\(http:[^ ]*\).*/\1/p' "$dir/warble.log" | head -1)
@@ -83,7 +91,7 @@ for _ in $(seq 100); do
 done
 if [ -z "$url" ]; then echo "warble did not start:"; cat "$dir/warble.log"; exit 1; fi
 
-"$dir/loadtest" -url "$url" -redis-url "$redis_url" "${bucket_args[@]}" \
+"$dir/loadtest" -url "$url" -redis-url "$redis_url" -server-pid "$warble_pid" "${bucket_args[@]}" \
   -pull-threshold "$pull_threshold" -note "commit $commit${cluster:+, 3-master Redis Cluster with $replicas replica(s) per master, REDIS_WAIT_REPLICAS=${REDIS_WAIT_REPLICAS:-auto}}${FOLLOWERS_BUCKET_THRESHOLD:+, FOLLOWERS_BUCKET_THRESHOLD=$FOLLOWERS_BUCKET_THRESHOLD}" "$@" || {
   echo "--- warble log"; tail -50 "$dir/warble.log"; exit 1
 }

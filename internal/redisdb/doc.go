@@ -232,9 +232,10 @@
 // messages that arrive before the marker announce posts that the read saw,
 // and are dropped.
 //
-// Each subscription (hub_subscribers.go) has a bounded queue and a goroutine
-// that feeds the channel its caller reads. Dispatch never blocks: a full
-// queue is replaced by a RESYNC. A subscription with after: subscribes
+// Each subscription (hub_subscribers.go) has a bounded queue, and a
+// goroutine that feeds the channel its caller reads while the queue holds
+// something (an idle subscription has none: thousands of sockets sit idle
+// on a server). Dispatch never blocks: a full queue is replaced by a RESYNC. A subscription with after: subscribes
 // first, then replays from the sorted set, then drops live events at or
 // below the last replayed position: no gap, no duplicate.
 //

@@ -48,6 +48,9 @@ type Hub struct {
 
 	seenEvery time.Duration // how often a live home timeline records its owner as seen
 
+	eventsMu sync.Mutex
+	events   map[string]*sharedEvent // by post id (see hub_events.go)
+
 	// The connections (see hub_conns.go): single on one Redis; on a
 	// cluster, conns by master address, connOf by channel, the channels
 	// that could not be subscribed yet (with whether they need a RESYNC
@@ -92,6 +95,7 @@ func NewHub(db *DB) *Hub {
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
 		routes:       make(map[string]map[*hubChannel]struct{}),
 		seenEvery:    db.seenEvery(),
+		events:       make(map[string]*sharedEvent),
 		conns:        make(map[string]*hubConn),
 		connOf:       make(map[string]*hubConn),
 		orphans:      make(map[string]bool),
@@ -124,6 +128,21 @@ func (h *Hub) Close() error {
 
 	close(h.done)
 	h.cancel()
+	// Subscriptions with nothing to deliver have no goroutine that would
+	// see done: they are ended here.
+	h.mu.Lock()
+	var subs []*subscriber
+	for _, ch := range h.channels {
+		ch.mu.Lock()
+		for sub := range ch.subs {
+			subs = append(subs, sub)
+		}
+		ch.mu.Unlock()
+	}
+	h.mu.Unlock()
+	for _, sub := range subs {
+		sub.end()
+	}
 	for _, w := range watches {
 		w.cancel()
 	}
@@ -186,7 +205,7 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go h.pump(ctx, sub, replay, out)
+	sub.begin(ctx, replay, out)
 	return out, nil
 }
 

@@ -251,9 +251,9 @@ func (ch *hubChannel) pull() {
 	} else {
 		entries, err = h.db.rangeFeed(h.ctx, args)
 	}
-	var posts []*warble.Post
+	var events []*warble.TimelineEvent
 	if err == nil && len(entries) <= pullLimit {
-		posts, err = h.db.loadPosts(h.ctx, entries)
+		events, err = h.addedEvents(h.ctx, entries)
 	}
 	if err != nil {
 		if h.ctx.Err() == nil {
@@ -272,8 +272,8 @@ func (ch *hubChannel) pull() {
 		ch.recent.add(e.seq)
 		ch.last = max(ch.last, e.seq)
 	}
-	for _, p := range posts {
-		ch.dispatch(&hubEvent{ev: addedEvent(p), seq: p.Seq})
+	for _, ev := range events {
+		ch.dispatch(&hubEvent{ev: ev, seq: ev.Post.Seq})
 	}
 }
 
@@ -356,17 +356,21 @@ type hubEvent struct {
 
 // seqRing is a set of the last n seqs added to it.
 type seqRing struct {
+	n    int
 	ring []int64
 	next int
 	set  map[int64]int // seq -> how many times it is in ring
 }
 
+// newSeqRing returns an empty ring of n seqs. It grows as seqs are added:
+// most channels of a server are home timelines that see a few posts an
+// hour, and a full ring and set up front would cost them 20 KB each.
 func newSeqRing(n int) *seqRing {
-	return &seqRing{ring: make([]int64, 0, n), set: make(map[int64]int, n)}
+	return &seqRing{n: n, set: make(map[int64]int)}
 }
 
 func (r *seqRing) add(seq int64) {
-	if len(r.ring) < cap(r.ring) {
+	if len(r.ring) < r.n {
 		r.ring = append(r.ring, seq)
 	} else {
 		old := r.ring[r.next]
@@ -380,6 +384,17 @@ func (r *seqRing) add(seq int64) {
 }
 
 func (r *seqRing) has(seq int64) bool { return r.set[seq] > 0 }
+
+// inboxSize is the inbox of a channel of feed: the global timeline gets
+// every post of the site, a home or user timeline few of them, and there
+// are as many of those channels as signed-in sockets, so they get a
+// smaller one (a full inbox still turns into a RESYNC, as for any).
+func inboxSize(feed warble.Feed) int {
+	if feed.Kind == warble.FeedGlobal {
+		return hubInbox
+	}
+	return hubInbox / 8
+}
 
 // register adds a subscriber to the channel of feed, subscribing to the
 // channel if it is the first.
@@ -397,7 +412,7 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 			feed:    feed,
 			key:     key,
 			subs:    make(map[*subscriber]struct{}),
-			inbox:   make(chan string, hubInbox),
+			inbox:   make(chan string, inboxSize(feed)),
 			confirm: make(chan bool, 1),
 			ready:   make(chan struct{}),
 			failed:  make(chan struct{}),
@@ -422,7 +437,7 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 			ch.fail(fmt.Errorf("subscribe to %s: %w", feed, err))
 		}
 	}
-	sub := &subscriber{ch: ch, wake: make(chan struct{}, 1), floor: -1}
+	sub := &subscriber{ch: ch, floor: -1}
 	ch.mu.Lock()
 	ch.subs[sub] = struct{}{}
 	ch.mu.Unlock()

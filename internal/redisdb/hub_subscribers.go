@@ -10,17 +10,27 @@ import (
 )
 
 // subscriber is one subscription: a bounded queue that the channel fills
-// and the subscription's pump empties.
+// and a delivering goroutine empties. That goroutine runs only while there
+// is something to deliver: an idle subscription costs no goroutine of its
+// own, which is most of them on a server with thousands of sockets.
 type subscriber struct {
-	ch   *hubChannel
-	wake chan struct{} // signalled when the queue gets an event
+	ch *hubChannel
 
 	mu    sync.Mutex
 	queue []*hubEvent
+	// Set by begin: where events go, until ctx ends or the hub closes,
+	// and the replay to send before the queue.
+	ctx     context.Context
+	out     chan<- *warble.TimelineEvent
+	replay  []*warble.TimelineEvent
+	begun   bool
+	running bool // a deliver goroutine is on its way
+	ended   bool // ctx ended or the hub closed: nothing more starts
 
-	// Set before the pump starts and owned by it afterwards: POST_ADDED
-	// events at or below floor were replayed (those in replayed) or
-	// arrived too late to deliver in order (the others).
+	// Set before begin and owned by the deliver goroutine afterwards
+	// (one at a time): POST_ADDED events at or below floor were replayed
+	// (those in replayed) or arrived too late to deliver in order (the
+	// others).
 	floor    int64
 	replayed map[int64]bool
 }
@@ -49,24 +59,12 @@ func (s *subscriber) push(e *hubEvent) {
 	default:
 		s.queue = append(s.queue, e)
 	}
+	start := s.begun && !s.ended && !s.running
+	s.running = s.running || start
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
+	if start {
+		go s.deliver()
 	}
-}
-
-// pop takes the oldest queued event.
-func (s *subscriber) pop() (*hubEvent, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queue) == 0 {
-		return nil, false
-	}
-	e := s.queue[0]
-	s.queue[0] = nil
-	s.queue = s.queue[1:]
-	return e, true
 }
 
 // filter returns the event to send for e after a replay: nil for a post the
@@ -181,44 +179,101 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	return events, nil
 }
 
-// pump feeds out from sub until ctx ends or the hub closes: first the
-// replay, then the live events. It is the subscription's one goroutine,
-// and its one exit unregisters it and closes out.
-func (h *Hub) pump(ctx context.Context, sub *subscriber, replay []*warble.TimelineEvent, out chan<- *warble.TimelineEvent) {
-	defer h.wg.Done()
-	defer func() {
-		h.unregister(sub)
-		close(out)
-	}()
-	send := func(ev *warble.TimelineEvent) bool {
-		select {
-		case out <- ev:
-			return true
-		case <-ctx.Done():
-			return false
-		case <-h.done:
-			return false
+// begin starts delivering sub's events to out: first replay, then what was
+// queued and what comes live, until ctx ends or the hub closes. Then sub
+// is unregistered and out closed, once; the hub's wait group, added to for
+// sub before begin, is done then.
+func (s *subscriber) begin(ctx context.Context, replay []*warble.TimelineEvent, out chan<- *warble.TimelineEvent) {
+	s.mu.Lock()
+	s.ctx, s.out, s.replay, s.begun = ctx, out, replay, true
+	if s.ended { // the hub closed meanwhile
+		s.mu.Unlock()
+		s.finish()
+		return
+	}
+	start := len(replay) > 0 || len(s.queue) > 0
+	s.running = start
+	s.mu.Unlock()
+	if start {
+		go s.deliver()
+	}
+	context.AfterFunc(ctx, s.end)
+}
+
+// end stops sub: its context ended or the hub closed. It finishes sub now
+// when no deliver goroutine runs, and leaves that to the goroutine
+// otherwise (which sees the same end in its send).
+func (s *subscriber) end() {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	finish := s.begun && !s.running
+	s.mu.Unlock()
+	if finish {
+		s.finish()
+	}
+}
+
+// finish unregisters sub and closes its out. It runs once: by end, by
+// begin, or by the last deliver goroutine, whichever sees sub ended with
+// no goroutine left to deliver.
+func (s *subscriber) finish() {
+	h := s.ch.hub
+	h.unregister(s)
+	close(s.out)
+	h.wg.Done()
+}
+
+// next takes the next event to send: the replay's first, else the oldest
+// queued one's. When there is none, or sub has ended, it marks the deliver
+// goroutine gone, and reports whether sub should be finished.
+func (s *subscriber) next() (replayed *warble.TimelineEvent, queued *hubEvent, finish bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		if len(s.replay) > 0 {
+			ev := s.replay[0]
+			s.replay[0] = nil
+			s.replay = s.replay[1:]
+			return ev, nil, false
+		}
+		if len(s.queue) > 0 {
+			e := s.queue[0]
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			return nil, e, false
 		}
 	}
-	for _, ev := range replay {
-		if !send(ev) {
-			return
-		}
-	}
+	s.running = false
+	return nil, nil, s.ended
+}
+
+// deliver sends sub's events to its out until there is none left. It
+// is the one goroutine that sends on out at a time.
+func (s *subscriber) deliver() {
+	h := s.ch.hub
 	for {
-		item, ok := sub.pop()
-		if !ok {
-			select {
-			case <-sub.wake:
+		ev, item, finish := s.next()
+		if item != nil {
+			if ev = s.filter(item); ev == nil {
 				continue
-			case <-ctx.Done():
-				return
-			case <-h.done:
-				return
 			}
 		}
-		if ev := sub.filter(item); ev != nil && !send(ev) {
+		if ev == nil {
+			if finish {
+				s.finish()
+			}
 			return
+		}
+		select {
+		case s.out <- ev:
+		case <-s.ctx.Done():
+			s.end()
+		case <-h.done:
+			s.end()
 		}
 	}
 }

@@ -121,6 +121,32 @@ func TestHubPostAdded(t *testing.T) {
 	}
 }
 
+// TestHubSharesAddedEvents checks that the channels a post reaches read it
+// once between them: every channel hands out the same event, which the
+// GraphQL layer then marshals once per selection.
+func TestHubSharesAddedEvents(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	feeds := []<-chan *warble.TimelineEvent{
+		mustSubscribe(t, h, warble.GlobalFeed(), nil),
+		mustSubscribe(t, h, warble.UserFeed(ada.ID), nil),
+	}
+	for _, name := range []string{"bob", "cyd", "dee"} {
+		u := mustSignup(t, db, name)
+		mustFollow(t, db, u.ID, ada.ID)
+		feeds = append(feeds, mustSubscribe(t, h, warble.HomeFeed(u.ID), nil))
+	}
+	p := mustCreatePost(t, db, ada.ID, "once")
+	first := nextEvent(t, feeds[0])
+	wantAdded(t, first, p)
+	for i, events := range feeds[1:] {
+		if ev := nextEvent(t, events); ev != first {
+			t.Errorf("channel %d: event %p (%+v), want the global channel's %p", i+1, ev, ev, first)
+		}
+	}
+}
+
 func TestHubPostRemoved(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
@@ -354,6 +380,32 @@ func TestHubSlowConsumer(t *testing.T) {
 	}
 }
 
+// TestHubCloseEndsIdleSubscriptions closes the hub under subscriptions
+// that have nothing to deliver: each one's channel closes.
+func TestHubCloseEndsIdleSubscriptions(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	subs := []<-chan *warble.TimelineEvent{
+		mustSubscribe(t, h, warble.GlobalFeed(), nil),
+		mustSubscribe(t, h, warble.UserFeed(ada.ID), nil),
+		mustSubscribe(t, h, warble.HomeFeed(ada.ID), nil),
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, events := range subs {
+		select {
+		case ev, ok := <-events:
+			if ok {
+				t.Errorf("subscription %d: got %+v after Close, want its channel closed", i, ev)
+			}
+		case <-time.After(10 * time.Second): // a safety net, not a speed bound
+			t.Fatalf("subscription %d is still open after Close", i)
+		}
+	}
+}
+
 // TestHubSubscriptionsEnd opens and ends many subscriptions: every
 // goroutine they started ends, and the hub unsubscribes from every channel.
 func TestHubSubscriptionsEnd(t *testing.T) {
@@ -399,6 +451,11 @@ func TestHubSubscriptionsEnd(t *testing.T) {
 	if n := hubChannels(h); n != 2+100 {
 		t.Errorf("hub has %d channels, want 102", n)
 	}
+	// Idle subscriptions hold no goroutine of their own: only each
+	// channel's does (at 10,000 sockets, one per subscription was a
+	// fifth of the server's goroutines), and on a cluster the pub/sub
+	// connections to the other masters have a few.
+	waitFor(t, "the replays to be delivered", func() bool { return runtime.NumGoroutine() <= baseline+102+20 })
 	p := mustCreatePost(t, db, ada.ID, "to all")
 	wantAdded(t, nextEvent(t, subs[0]), p)
 	cancel()
