@@ -29,10 +29,9 @@ type sharedEvent struct {
 // that a post's author renamed since, or a post deleted since, is read
 // again soon; a channel that reads a post deleted within that moment
 // still sends its POST_ADDED, and the POST_REMOVED that follows.
-const (
-	sharedEventAge = time.Second
-	sharedEventMax = 4096 // above this many, the expired ones are dropped at once
-)
+var sharedEventAge = time.Second // a var for a test on a slow machine
+
+const sharedEventMax = 4096 // above this many, the expired ones are dropped at once
 
 // addedEvents returns the POST_ADDED events of the posts of entries, in
 // order, leaving out posts that are gone, as loadPosts does.
