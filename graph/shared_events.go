@@ -25,9 +25,9 @@ import (
 // Two subscribers share the bytes only when nothing else can make them
 // differ: the same event, the same parsed selection, the same values of
 // the variables the selection uses (in arguments or @include/@skip), and,
-// when the selection has a field about the viewer (its name says viewer:
-// viewerIsFollowing, followsViewer), the same signed-in user. A marshalling
-// that reported an error is not shared.
+// when the selection has a field whose value depends on who asks (see
+// dependsOnViewer), the same signed-in user. A marshalling that reported
+// an error is not shared.
 
 // eventKey identifies one marshalling of an event.
 type eventKey struct {
@@ -141,7 +141,7 @@ func usesOf(sel ast.SelectionSet) selectionUse {
 		for _, s := range set {
 			switch s := s.(type) {
 			case *ast.Field:
-				if strings.Contains(strings.ToLower(s.Name), "viewer") {
+				if dependsOnViewer(s) {
 					u.viewer = true
 				}
 				for _, a := range s.Arguments {
@@ -213,3 +213,16 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 type rawJSON []byte
 
 func (r rawJSON) MarshalGQL(w io.Writer) { w.Write(r) }
+
+// dependsOnViewer reports whether a field's value depends on who asks. The
+// schema says so of every such field: its name has "viewer" in it
+// (viewer, viewerIsFollowing, followsViewer), or its description speaks of
+// "the signed-in user" (commonFollowers, commonFollowing,
+// followersYouFollow). A new field of that kind must say so too;
+// TestViewerFieldsAreKnown lists the schema's.
+func dependsOnViewer(f *ast.Field) bool {
+	if strings.Contains(strings.ToLower(f.Name), "viewer") {
+		return true
+	}
+	return f.Definition != nil && strings.Contains(f.Definition.Description, "signed-in user")
+}
