@@ -335,17 +335,7 @@ func TestMoveAfterAMoverDied(t *testing.T) {
 	for i := range 4 {
 		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
 	}
-	// Die after the rows are written: the hook panics out of the move.
-	db.moveHook = func(s string) {
-		if s == "saved" {
-			panic("killed")
-		}
-	}
-	func() {
-		defer func() { recover() }()
-		db.moveDue(ctx, 0)
-	}()
-	db.moveHook = nil
+	dieAfterSaving(db)
 	if got := archivedIDs(t, store); len(got) != 3 {
 		t.Fatalf("archive holds %v after the dead move, want its 3 rows", got)
 	}
@@ -430,16 +420,7 @@ func TestMoverDiedThenDeletesKeptItsPosts(t *testing.T) {
 	for i := range 8 {
 		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
 	}
-	db.moveHook = func(s string) {
-		if s == "saved" {
-			panic("killed")
-		}
-	}
-	func() {
-		defer func() { recover() }()
-		db.moveDue(ctx, 0)
-	}()
-	db.moveHook = nil
+	dieAfterSaving(db)
 	if got := archivedIDs(t, store); len(got) != 5 {
 		t.Fatalf("archive holds %v after the dead move, want its 5 rows", got)
 	}
@@ -480,16 +461,7 @@ func TestMoverDiedThenADeleteDied(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, mustPost(t, db, ada.ID, "post "+strconv.Itoa(i)))
 	}
-	db.moveHook = func(s string) {
-		if s == "saved" {
-			panic("killed")
-		}
-	}
-	func() {
-		defer func() { recover() }()
-		db.moveDue(ctx, 0)
-	}()
-	db.moveHook = nil
+	dieAfterSaving(db)
 	db.client.Del(ctx, movingKey(ada.ID))
 	victim := posts[0]
 	_, seq, _ := splitPostID(victim.ID)
@@ -511,4 +483,17 @@ func TestMoverDiedThenADeleteDied(t *testing.T) {
 	if n := db.client.Exists(ctx, archiveGoneKey(ada.ID)).Val(); n != 0 {
 		t.Error("the gone set is left")
 	}
+}
+
+// dieAfterSaving runs a move that stops dead after it wrote its rows, as
+// a mover killed there would: the hook panics out of the move.
+func dieAfterSaving(db *DB) {
+	db.moveHook = func(s string) {
+		if s == "saved" {
+			panic("killed")
+		}
+	}
+	defer func() { db.moveHook = nil }()
+	defer func() { recover() }()
+	db.moveDue(context.Background(), 0)
 }
