@@ -294,7 +294,7 @@ func TestFanOutNotPushed(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 
-	_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond)
+	_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond, true)
 	if err != nil || !strings.HasPrefix(why, "not delivered: 3 of 3 ") {
 		t.Errorf("with no worker: %q, %v", why, err)
 	}
@@ -325,7 +325,7 @@ func TestFanOutNotPushed(t *testing.T) {
 			}
 		}
 	})
-	_, why, err = fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 1, time.Minute)
+	_, why, err = fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 1, time.Minute, true)
 	close(stop)
 	wg.Wait()
 	if err != nil || !strings.HasPrefix(why, "not pushed: ") {
