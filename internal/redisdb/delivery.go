@@ -136,7 +136,7 @@ const deliverBatch = 250
 // they run, for runScripts.
 func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers []string,
 	seqText, postID, authorID, added string, cutoff int64) []*redis.Cmd {
-	if db.sharded {
+	if db.onCluster() {
 		cmds := make([]*redis.Cmd, 0, len(followers))
 		for _, f := range followers {
 			cmds = append(cmds, db.pub(deliverScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
@@ -162,10 +162,18 @@ func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followe
 
 // deliveryScripts are the scripts queueDeliveries runs on db's Redis.
 func (db *DB) deliveryScripts() *redis.Script {
-	if db.sharded {
+	if db.onCluster() {
 		return db.pub(deliverScript)
 	}
 	return db.pub(deliverBatchScript)
+}
+
+// onCluster reports whether db's Redis is a Redis Cluster, where a script
+// touches keys of one slot only. (Not db.sharded: that says how events
+// are published, which a test may change on a cluster.)
+func (db *DB) onCluster() bool {
+	_, ok := db.client.(*redis.ClusterClient)
+	return ok
 }
 
 // listGlobal queues on pipe the step that puts a post on the global
