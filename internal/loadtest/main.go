@@ -52,6 +52,7 @@ type options struct {
 
 	fanoutSizes     []int         // follower counts of the fan-out authors; none: no fan-out measurement
 	fanoutTimeout   time.Duration // longest wait for one post to reach every follower
+	fanoutNoWatch   bool          // time fan-out by the queue alone, not by polling the timelines meanwhile
 	pullThreshold   int           // the server's FANOUT_PULL_THRESHOLD, for the report; 0 if not known, -1 if off
 	bucketThreshold int           // the server's FOLLOWERS_BUCKET_THRESHOLD: 0 for its default, -1 if off
 	buckets         int           // the server's FOLLOWERS_BUCKETS: 0 for its default
@@ -85,6 +86,8 @@ func main() {
 	flag.StringVar(&sizes, "fanout-sizes", sizes, "follower counts of the authors whose fan-out is timed, comma-separated; "+
 		"auto: 1000,10000,100000, or 10,100 when -users is below 1000; none: no fan-out measurement")
 	flag.DurationVar(&o.fanoutTimeout, "fanout-timeout", time.Minute, "longest wait for one post to reach every follower")
+	flag.BoolVar(&o.fanoutNoWatch, "fanout-no-watch", false, "time fan-out until its job leaves the queue, then check the timelines, "+
+		"instead of polling the timelines while it runs (which costs Redis a pipeline of ZSCOREs a millisecond)")
 	pull := flag.String("pull-threshold", "", "the server's FANOUT_PULL_THRESHOLD, a number or off, for the report (empty: not known)")
 	buckets := flag.String("bucket-threshold", "", "the server's FOLLOWERS_BUCKET_THRESHOLD, a number or off (empty: its default), so that the raw seed writes followers where the server keeps them")
 	flag.IntVar(&o.buckets, "buckets", 0, "the server's FOLLOWERS_BUCKETS (0: its default)")

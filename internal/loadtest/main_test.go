@@ -297,11 +297,6 @@ func TestFanOutNotPushed(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 
-	_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 0, 200*time.Millisecond)
-	if err != nil || !strings.HasPrefix(why, "not delivered: 3 of 3 ") {
-		t.Errorf("with no worker: %q, %v", why, err)
-	}
-
 	// A "worker" that drops every job undone, as one that pulls would.
 	client := srv.Client(t)
 	dropJobs := func() {
@@ -315,7 +310,14 @@ func TestFanOutNotPushed(t *testing.T) {
 			}
 		}
 	}
-	dropJobs()
+
+	for i, watch := range []bool{true, false} {
+		_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, i, 200*time.Millisecond, watch)
+		if err != nil || !strings.HasPrefix(why, "not delivered: 3 of 3 ") {
+			t.Errorf("with no worker, watch %v: %q, %v", watch, why, err)
+		}
+		dropJobs() // the next run starts on an empty queue
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -328,12 +330,14 @@ func TestFanOutNotPushed(t *testing.T) {
 			}
 		}
 	})
-	_, why, err = fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 1, time.Minute)
+	for i, watch := range []bool{true, false} {
+		_, why, err := fanOutOnce(ctx, db, rdb, hc, url+"/graphql", authors[0], w, 2+i, time.Minute, watch)
+		if err != nil || !strings.HasPrefix(why, "not pushed: ") {
+			t.Errorf("with the job dropped, watch %v: %q, %v", watch, why, err)
+		}
+	}
 	close(stop)
 	wg.Wait()
-	if err != nil || !strings.HasPrefix(why, "not pushed: ") {
-		t.Errorf("with the job dropped: %q, %v", why, err)
-	}
 }
 
 func TestCPUMarks(t *testing.T) {

@@ -150,7 +150,11 @@ func (r *report) write(out io.Writer) {
 	fmt.Fprintf(out, "busy: CPU time over wall time, 100%% = one CPU of %d; what is left went to the server, its workers and anything else on the machine\n", runtime.NumCPU())
 
 	if len(r.fan) > 0 {
-		fmt.Fprintf(out, "\nfan-out of one post at a time on an otherwise idle server, medians of up to %d runs.\n%s.\n\n", o.runs, upperFirst(r.pullNote()))
+		how := "the tool polled the home timelines while it ran (a pipeline of ZSCOREs a millisecond)"
+		if o.fanoutNoWatch {
+			how = "the tool polled only the queue while it ran, and looked at the timelines once its job had left it (-fanout-no-watch)"
+		}
+		fmt.Fprintf(out, "\nfan-out of one post at a time on an otherwise idle server, medians of up to %d runs; %s.\n%s.\n\n", o.runs, how, upperFirst(r.pullNote()))
 		fmt.Fprintf(out, "| followers | `createPost` answer | answer → last timeline | request → last timeline | Redis main thread busy | insertions/s | raw `ZADD` pipeline | raw insertions/s | fan-out / raw |\n")
 		fmt.Fprintf(out, "|---|---|---|---|---|---|---|---|---|\n")
 		for _, f := range r.fan {

@@ -104,7 +104,9 @@
 //     by ZADD of the same member and score, and announces only when ZADD
 //     added, so a follower who has the post already gets neither a second
 //     entry nor a second POST_ADDED. The global timeline's step is the same
-//     script.
+//     script. On one Redis, deliverBatchScript does the same for many
+//     followers in one call, follower after follower, each as atomically:
+//     everything said here of deliverScript holds for it.
 //
 // Jobs are as durable as the Redis that holds them, like the posts
 // themselves.

@@ -235,15 +235,15 @@ const addCappedLua = `
 local function addCapped(key, cap, score, member)
 	local n = redis.call('ZCARD', key)
 	if n >= cap then
-		local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-		if tonumber(score) < tonumber(oldest[2]) then
-			return 0
-		end
 		-- Newer than the newest entry, the usual case, it cannot be in
-		-- the set: no lookup, which walks a listpack.
+		-- the set, nor older than the oldest: no other look, and no
+		-- lookup by member, which walks a listpack.
 		local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-		if tonumber(score) <= tonumber(newest[2]) and redis.call('ZSCORE', key, member) then
-			return 0
+		if tonumber(score) <= tonumber(newest[2]) then
+			local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+			if tonumber(score) < tonumber(oldest[2]) or redis.call('ZSCORE', key, member) then
+				return 0
+			end
 		end
 		redis.call('ZREMRANGEBYRANK', key, 0, n - cap)
 	end
