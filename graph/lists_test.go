@@ -12,8 +12,10 @@ import (
 // TestListFieldsThatWait checks that marshalList knows every field that may
 // wait: the fields with a resolver, and those that generated.go resolves
 // by calling a method with a context. It also checks that generated.go was
-// rewritten to call marshalList (go generate runs gen_lists.go after
-// gqlgen, see gen_rewrite.go).
+// rewritten by go generate (gen_rewrite.go runs after gqlgen): its lists
+// go through marshalList, its deferred groups through deferredPath, and its
+// subscriptions' events through sharedTimelineEvent. A plain gqlgen
+// generate undoes those rewrites; this test is what notices.
 func TestListFieldsThatWait(t *testing.T) {
 	src, err := os.ReadFile("generated.go")
 	if err != nil {
@@ -21,6 +23,9 @@ func TestListFieldsThatWait(t *testing.T) {
 	}
 	if regexp.MustCompile(`graphql\.MarshalSliceConcurrently\(|graphql\.GetPath\(ctx\),`).Match(src) {
 		t.Error("generated.go calls graphql.MarshalSliceConcurrently or GetPath for a deferred group: run go generate, which rewrites them")
+	}
+	if n := len(regexp.MustCompile(`return ec\.sharedTimelineEvent\(ctx, selections, v\)`).FindAll(src, -1)); n != 3 {
+		t.Errorf("generated.go marshals %d of the 3 timeline subscriptions' events through sharedTimelineEvent: run go generate, which rewrites them", n)
 	}
 	methods := regexp.MustCompile(`(?s)func \(ec \*executionContext\) _(\w+)_(\w+)\(ctx context\.Context, field graphql\.CollectedField, obj [^)]*\) \(ret graphql\.Marshaler\) \{\n(.*?)\n}\n`)
 	callsWithContext := regexp.MustCompile(`return obj\.\w+\(ctx`)
