@@ -172,19 +172,10 @@ func sampleField(samples []fanSample, f func(fanSample) time.Duration) []time.Du
 // that adds an entry to each full timeline without trimming, which would
 // take a listpack past its limit and make it a skiplist for good.
 func compactFanOutOnce(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, a fanAuthor, w *fanOutWatch, i int, timeout time.Duration) (fanSample, string, error) {
-	if _, err := waitDrained(ctx, db, 5*time.Minute); err != nil {
+	cpu, start, answered, err := postWhenIdle(ctx, db, hc, endpoint, a, w, fmt.Sprintf("compact %d", i))
+	if err != nil {
 		return fanSample{}, "", err
 	}
-	var out struct {
-		CreatePost struct{ Post struct{ ID string } }
-	}
-	cpu := markCPU(ctx, db.Client())
-	start := time.Now()
-	if err := postData(ctx, hc, endpoint, a.token, createPostQuery, map[string]any{"b": fmt.Sprintf("compact %d", i)}, &out); err != nil {
-		return fanSample{}, "", err
-	}
-	answered := time.Now()
-	w.reset(out.CreatePost.Post.ID)
 	for {
 		n, err := w.poll(ctx)
 		if err != nil {

@@ -91,6 +91,27 @@ func measureFanOut(ctx context.Context, db *redisdb.DB, rdb *rawDB, hc *http.Cli
 	return results, nil
 }
 
+// postWhenIdle waits for the fan-out queue to drain (nothing queued from
+// before), marks Redis's CPU, posts body as a, and points w at the new
+// post. It returns the mark, when the request was sent and when it was
+// answered.
+func postWhenIdle(ctx context.Context, db *redisdb.DB, hc *http.Client, endpoint string, a fanAuthor, w *fanOutWatch, body string) (cpuMark, time.Time, time.Time, error) {
+	if _, err := waitDrained(ctx, db, 5*time.Minute); err != nil {
+		return cpuMark{}, time.Time{}, time.Time{}, err
+	}
+	var out struct {
+		CreatePost struct{ Post struct{ ID string } }
+	}
+	cpu := markCPU(ctx, db.Client())
+	start := time.Now()
+	if err := postData(ctx, hc, endpoint, a.token, createPostQuery, map[string]any{"b": body}, &out); err != nil {
+		return cpuMark{}, time.Time{}, time.Time{}, err
+	}
+	answered := time.Now()
+	w.reset(out.CreatePost.Post.ID)
+	return cpu, start, answered, nil
+}
+
 // fanOutOnce posts once as a and waits for the post to reach every
 // follower's home timeline. If it does not, because the fan-out job left
 // the queue without delivering to everyone (the server pulls a's posts
@@ -101,20 +122,10 @@ func measureFanOut(ctx context.Context, db *redisdb.DB, rdb *rawDB, hc *http.Cli
 // commands a millisecond, until the job has left it, and then looks at the
 // timelines: the fan-out then runs alone, and its end is the job's.
 func fanOutOnce(ctx context.Context, db *redisdb.DB, rdb *rawDB, hc *http.Client, endpoint string, a fanAuthor, w *fanOutWatch, i int, timeout time.Duration, watch bool) (fanSample, string, error) {
-	// Start on an idle server: nothing queued from before.
-	if _, err := waitDrained(ctx, db, 5*time.Minute); err != nil {
+	cpu, start, answered, err := postWhenIdle(ctx, db, hc, endpoint, a, w, fmt.Sprintf("fan-out %d", i))
+	if err != nil {
 		return fanSample{}, "", err
 	}
-	var out struct {
-		CreatePost struct{ Post struct{ ID string } }
-	}
-	cpu := markCPU(ctx, db.Client())
-	start := time.Now()
-	if err := postData(ctx, hc, endpoint, a.token, createPostQuery, map[string]any{"b": fmt.Sprintf("fan-out %d", i)}, &out); err != nil {
-		return fanSample{}, "", err
-	}
-	answered := time.Now()
-	w.reset(out.CreatePost.Post.ID)
 	var drained time.Time // without watch: when the queue was seen empty
 	for !watch && drained.IsZero() {
 		n, _, err := db.FanOutQueueStats(ctx)
