@@ -265,3 +265,55 @@ func TestFanOutBatchKeepsListpacks(t *testing.T) {
 		}
 	}
 }
+
+// TestFanOutBatchGuardTiedFollowTimes: followers who share one follow time
+// (follows imported in bulk) are more than a batch's read of the
+// followers set returns, and those it does not list are decided by their
+// following set: every follower gets the post, a follower in the middle of
+// an unfollow (the following set written, the followers set not yet) gets
+// it only where the followers set listed them (on one Redis, in the first
+// batches), and none of those keeps it once the unfollow is done.
+func TestFanOutBatchGuardTiedFollowTimes(t *testing.T) {
+	db := newTestDB(t, Options{AsyncFanOut: true})
+	ctx := context.Background()
+	ada := mustSignup(t, db, "ada").ID
+	const n = 800
+	followers := make([]string, n)
+	pipe := db.client.Pipeline()
+	for i := range followers {
+		followers[i] = strconv.Itoa(1000 + i) // in member order, as the walk reads ties
+		pipe.ZAdd(ctx, followersKey(ada), redis.Z{Score: 1, Member: followers[i]})
+		pipe.ZAdd(ctx, followingKey(followers[i]), redis.Z{Score: 1, Member: ada})
+	}
+	// One mid-unfollow among the first batch's followers, which its read
+	// lists, and one among the last batch's, which it does not.
+	early, late := followers[10], followers[n-10]
+	for _, f := range []string{early, late} {
+		pipe.ZRem(ctx, followingKey(f), ada)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := mustCreatePost(t, db, ada, "to the tied")
+	if err := db.fanOut(ctx, ada, p.Seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range followers {
+		got := zsetIDs(t, db, homeKey(f))
+		want := []string{p.ID}
+		if f == late || f == early && db.onCluster() {
+			want = nil
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("home of follower %s = %v, want %v", f, got, want)
+		}
+	}
+	for _, f := range []string{early, late} {
+		if err := NewFollowService(db).Unfollow(ctx, f, ada); err != nil {
+			t.Fatal(err)
+		}
+		if got := zsetIDs(t, db, homeKey(f)); len(got) != 0 {
+			t.Errorf("home of %s once the unfollow is done = %v, want empty", f, got)
+		}
+	}
+}
