@@ -81,7 +81,9 @@ return 1
 // the call reads the timeline, which holds the post, when it starts (see
 // the hub). A pattern subscription (none in Warble, but a tool's PSUBSCRIBE
 // may listen) is not counted by NUMSUB, so with any pattern subscribed on
-// the server every channel is announced on.
+// the server every channel is announced on. Nor are the subscribers of a
+// replica, which hears the master's PUBLISH: Warble's hub subscribes on the
+// server it writes to, never on a replica.
 //
 // KEYS[1] -> w:u:{<author>}, its followerBuckets field
 // KEYS[2 .. 1+g] -> the followers sets the batch's followers were read
