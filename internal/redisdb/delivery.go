@@ -64,15 +64,15 @@ return 1
 // guarantees, each follower as atomically (a racing unfollow runs wholly
 // before or after the call), but the work that can be done once for the
 // batch is: the seen times are read with one MGET, whether each follower
-// still follows the author with one ZRANGE of the author's followers (the
+// still follows the author with a ZRANGE of the author's followers (the
 // one set or the follower buckets, whichever readers use now) over the
 // follow times the batch was read at, and who listens to the home channels
-// with one PUBSUB NUMSUB. Per follower there
-// remain the capped add and, for a follower listened to, the announce. The
-// following set, the truth, is read only for a follower that the followers
-// side no longer lists (a racing unfollow, or a follow whose mirror is not
-// written yet): that the followers side listing a follower is enough is
-// argued in doc.go ("A racing unfollow"). A Redis Cluster keeps
+// with one PUBSUB NUMSUB. Per follower there remain the capped add and,
+// for a follower listened to, the announce. The following set, the truth,
+// is read only for a follower that the followers side does not list (a
+// racing unfollow, or a follow whose write of the followers side is still
+// to come): that the followers side listing a follower is enough is argued
+// in doc.go ("A racing unfollow"). A Redis Cluster keeps
 // deliverScript, one call per follower, since followers' keys are in as
 // many slots as there are followers.
 //
