@@ -112,14 +112,9 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 		}
 		// The connection ends when its session is revoked or expires, with
 		// 4403 as for a bad token, so that a client knows to log in again
-		// rather than reconnect: the code is set before the context that
-		// the connection watches ends.
+		// rather than reconnect.
 		sess := warble.SessionFromContext(authCtx)
-		live, end := context.WithCancel(authCtx)
-		forbid := func() {
-			setCloseCode(ctx, closeForbidden)
-			end()
-		}
+		forbid := func() { endWebsocket(ctx, closeForbidden) }
 		if watcher != nil {
 			revoked, _ := watcher.WatchSession(authCtx, sess.TokenHash)
 			context.AfterFunc(revoked, func() {
@@ -128,8 +123,8 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 				}
 			})
 		}
-		endAtExpiry(live, auth, sess, forbid)
-		return live, nil
+		endAtExpiry(authCtx, auth, sess, forbid)
+		return authCtx, nil
 	}
 }
 

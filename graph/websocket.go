@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -79,7 +78,7 @@ const (
 // connection_init, operations and pongs; a longer message is read through
 // it in parts. gorilla/websocket needs at least a control frame's 125
 // bytes.
-const wsReadBuffer = 512
+const wsReadBuffer = 256
 
 // wsWriteBuffers are the write buffers of every connection: one is taken
 // for each message written and put back after, so that an idle socket
@@ -142,21 +141,21 @@ func WithWebsocketLifetime(ctx context.Context) context.Context {
 
 type lifetimeKey struct{}
 
-// closeCodeKey holds a connection's *atomic.Int32: a close code that
-// replaces the normal closure when the connection's context ends.
-type closeCodeKey struct{}
+// connKey holds the *wsConn of a websocket's context.
+type connKey struct{}
 
 // isWebsocket reports whether ctx belongs to a websocket connection.
 func isWebsocket(ctx context.Context) bool {
-	_, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32)
+	_, ok := ctx.Value(connKey{}).(*wsConn)
 	return ok
 }
 
-// setCloseCode makes the connection of ctx close with code instead of the
-// normal closure when its context ends.
-func setCloseCode(ctx context.Context, code int32) {
-	if c, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32); ok {
-		c.Store(code)
+// endWebsocket closes the connection of ctx with code, ending its
+// operations.
+func endWebsocket(ctx context.Context, code int32) {
+	if c, ok := ctx.Value(connKey{}).(*wsConn); ok {
+		c.closeCode.Store(code)
+		c.cancel()
 	}
 }
 

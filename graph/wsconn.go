@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,7 @@ type wsConn struct {
 	wmu sync.Mutex // held while a message is written
 
 	mu     sync.Mutex
-	ops    map[string]*wsOperation
+	ops    []*wsOperation // running; few, so a slice, smaller than a map
 	closed bool
 
 	// Keep-alive state, see KeepAlive.
@@ -53,11 +54,11 @@ type wsConn struct {
 }
 
 func newWSConn(t *Websocket, exec graphql.GraphExecutor, conn *websocket.Conn, r *http.Request) *wsConn {
-	c := &wsConn{t: t, exec: exec, conn: conn, legacy: conn.Subprotocol() != protoTransportWS, ops: make(map[string]*wsOperation)}
+	c := &wsConn{t: t, exec: exec, conn: conn, legacy: conn.Subprotocol() != protoTransportWS}
 	// The request's values (the client's address, the handshake's
 	// Authorization, the operation trace) without its cancellation, which
 	// comes when Do returns; the server's lifetime instead.
-	ctx := context.WithValue(context.WithoutCancel(r.Context()), closeCodeKey{}, &c.closeCode)
+	ctx := context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c)
 	c.base, c.cancel = context.WithCancel(ctx)
 	c.stopLife = func() bool { return false }
 	if life, ok := r.Context().Value(lifetimeKey{}).(context.Context); ok {
@@ -75,71 +76,91 @@ type clientMessage struct {
 	Payload json.RawMessage `json:"payload"`
 }
 
-// read reads and dispatches the client's messages until the connection
-// fails or closes; then it closes it, which ends its operations.
+// read reads the client's messages until the connection fails or closes;
+// then it closes it, which ends its operations.
+//
+// It lives as long as the socket, and its stack with it: a goroutine's
+// stack grows to the deepest call it made and shrinks only at a garbage
+// collection, by half, and only while parked far below a quarter of it.
+// So it only reads, which needs little, and each message is handled on a
+// goroutine of its own (authenticating calls Redis; decoding JSON,
+// starting an operation and writing go deeper than reading), one at a
+// time and in order, while the reader waits.
 func (c *wsConn) read() {
-	acked := false
+	var acked bool
+	handled := make(chan bool, 1)
 	c.conn.SetReadDeadline(time.Now().Add(c.t.initTimeout()))
 	for {
 		_, data, err := c.conn.ReadMessage()
 		if err != nil {
-			var ne net.Error
-			switch {
-			case !acked && errors.As(err, &ne) && ne.Timeout():
-				c.close(closeInitTimeout, "Connection initialisation timeout")
-			case errors.Is(err, websocket.ErrReadLimit):
-				c.close(websocket.CloseMessageTooBig, "Message too big")
-			default:
-				var ce *websocket.CloseError
-				if !errors.As(err, &ce) && !errors.Is(err, net.ErrClosed) {
-					c.reportError(err)
-				}
-				c.close(websocket.CloseNormalClosure, "terminated")
-			}
+			c.readFailed(err, acked)
 			return
 		}
 		c.heard.Store(true)
 		start := graphql.Now()
-		var m clientMessage
-		if err := json.Unmarshal(data, &m); err != nil {
-			c.refuse(closeBadMessage, "Invalid message")
-			return
-		}
-		switch {
-		case m.Type == "connection_init" && acked:
-			c.refuse(closeTooManyInits, "Too many initialisation requests")
-			return
-		case m.Type == "connection_init":
-			if !c.init(m.Payload) {
-				return
-			}
-			acked = true
-		case m.Type == "ping" && !c.legacy:
-			c.writeMessage("pong", "", m.Payload)
-		case m.Type == "pong" && !c.legacy:
-			// heard, above, is all a pong is for
-		case m.Type == "subscribe" && !c.legacy, m.Type == "start" && c.legacy:
-			if !acked {
-				c.refuse(closeUnauthorized, "Unauthorized")
-				return
-			}
-			if m.ID == "" {
-				c.refuse(closeBadMessage, "Invalid message: an operation needs an id")
-				return
-			}
-			if !c.start(m.ID, m.Payload, start) {
-				return
-			}
-		case m.Type == "complete" && !c.legacy, m.Type == "stop" && c.legacy:
-			c.stop(m.ID)
-		case m.Type == "connection_terminate" && c.legacy:
-			c.close(websocket.CloseNormalClosure, "terminated")
-			return
-		default:
-			c.refuse(closeBadMessage, "Invalid message type")
+		go func() { handled <- c.handle(data, start, &acked) }()
+		if !<-handled {
 			return
 		}
 	}
+}
+
+// readFailed closes the connection after a failed read.
+func (c *wsConn) readFailed(err error, acked bool) {
+	var ne net.Error
+	switch {
+	case !acked && errors.As(err, &ne) && ne.Timeout():
+		c.close(closeInitTimeout, "Connection initialisation timeout")
+	case errors.Is(err, websocket.ErrReadLimit):
+		c.close(websocket.CloseMessageTooBig, "Message too big")
+	default:
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) && !errors.Is(err, net.ErrClosed) {
+			c.reportError(err)
+		}
+		c.close(websocket.CloseNormalClosure, "terminated")
+	}
+}
+
+// handle acts on one message of the client, read at start. It reports
+// false when the connection has been closed.
+func (c *wsConn) handle(data []byte, start time.Time, acked *bool) bool {
+	var m clientMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		c.refuse(closeBadMessage, "Invalid message")
+		return false
+	}
+	switch {
+	case m.Type == "connection_init" && *acked:
+		c.refuse(closeTooManyInits, "Too many initialisation requests")
+		return false
+	case m.Type == "connection_init":
+		*acked = c.init(m.Payload)
+		return *acked
+	case m.Type == "ping" && !c.legacy:
+		c.writeMessage("pong", "", m.Payload)
+	case m.Type == "pong" && !c.legacy:
+		// heard, in read, is all a pong is for
+	case m.Type == "subscribe" && !c.legacy, m.Type == "start" && c.legacy:
+		if !*acked {
+			c.refuse(closeUnauthorized, "Unauthorized")
+			return false
+		}
+		if m.ID == "" {
+			c.refuse(closeBadMessage, "Invalid message: an operation needs an id")
+			return false
+		}
+		return c.start(m.ID, m.Payload, start)
+	case m.Type == "complete" && !c.legacy, m.Type == "stop" && c.legacy:
+		c.stop(m.ID)
+	case m.Type == "connection_terminate" && c.legacy:
+		c.close(websocket.CloseNormalClosure, "terminated")
+		return false
+	default:
+		c.refuse(closeBadMessage, "Invalid message type")
+		return false
+	}
+	return true
 }
 
 // init authenticates the connection from connection_init's payload and
@@ -167,11 +188,6 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 		}
 	}
 	c.ctx = ctx
-	if ctx != c.base {
-		// The signed-in context ends on its own when its session is
-		// revoked or expires.
-		context.AfterFunc(ctx, c.ended)
-	}
 	if c.writeMessage("connection_ack", "", nil) != nil {
 		return false
 	}
@@ -199,7 +215,7 @@ type initRefusal struct {
 func (e *initRefusal) Error() string { return e.message }
 
 // ended closes the connection when its context ends: the session was
-// revoked or expired (4403, see setCloseCode), or the server shuts down.
+// revoked or expired (4403, see endWebsocket), or the server shuts down.
 func (c *wsConn) ended() {
 	c.close(websocket.CloseNormalClosure, "terminated")
 }
@@ -218,7 +234,7 @@ func (c *wsConn) refuseWith(code int, reason, message string) {
 
 // close closes the connection once, with a close frame of code unless it
 // is 0 (the connection is broken), and ends its operations. A normal
-// closure becomes the code setCloseCode left.
+// closure becomes the code endWebsocket left.
 func (c *wsConn) close(code int, reason string) {
 	c.mu.Lock()
 	if c.closed {
@@ -392,14 +408,17 @@ func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) 
 		op.cancel()
 		return false
 	}
-	old := c.ops[id]
+	old := c.find(id)
 	if old != nil && !c.legacy {
 		c.mu.Unlock()
 		op.cancel()
 		c.close(closeDuplicateID, "Subscriber for "+id+" already exists")
 		return false
 	}
-	c.ops[id] = op
+	if old != nil {
+		c.remove(old)
+	}
+	c.ops = append(c.ops, op)
 	c.mu.Unlock()
 	if old != nil {
 		// The legacy protocol's servers replace an operation started
@@ -410,10 +429,27 @@ func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) 
 	return true
 }
 
+// find returns the running operation id, or nil; c.mu is held.
+func (c *wsConn) find(id string) *wsOperation {
+	for _, op := range c.ops {
+		if op.id == id {
+			return op
+		}
+	}
+	return nil
+}
+
+// remove removes op from the running operations; c.mu is held.
+func (c *wsConn) remove(op *wsOperation) {
+	if i := slices.Index(c.ops, op); i >= 0 {
+		c.ops = slices.Delete(c.ops, i, i+1)
+	}
+}
+
 // stop ends operation id at the client's request, with complete.
 func (c *wsConn) stop(id string) {
 	c.mu.Lock()
-	op := c.ops[id]
+	op := c.find(id)
 	c.mu.Unlock()
 	if op != nil {
 		op.finish(true)
@@ -576,9 +612,7 @@ func (op *wsOperation) finish(complete bool) {
 	op.mu.Unlock()
 	c := op.conn
 	c.mu.Lock()
-	if c.ops[op.id] == op {
-		delete(c.ops, op.id)
-	}
+	c.remove(op)
 	c.mu.Unlock()
 	if complete {
 		c.writeMessage("complete", op.id, nil)
