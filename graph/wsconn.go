@@ -22,10 +22,10 @@ import (
 	"github.com/warble/warble/internal/warble"
 )
 
-// wsConn is one websocket connection. Its reader goroutine reads and
-// dispatches the client's messages; writes come from the reader, from the
-// goroutines of operations starting, from the hub's deliver goroutines and
-// from keep-alives, one at a time (wmu).
+// wsConn is one websocket connection. Its reader goroutine reads the
+// client's messages and has each handled in turn (see read); writes come
+// from those handlers, from the goroutines of operations starting, from the
+// hub's deliver goroutines and from keep-alives, one at a time (wmu).
 type wsConn struct {
 	t         *Websocket
 	exec      graphql.GraphExecutor
@@ -33,14 +33,13 @@ type wsConn struct {
 	legacy    bool // graphql-ws, not graphql-transport-ws
 	closeCode atomic.Int32
 
-	// base is the connection's context until connection_init is acked, and
-	// ctx the signed-in one after (set by the reader before any operation
-	// starts). cancel ends both, and every operation's.
-	base      context.Context
-	ctx       context.Context
-	cancel    context.CancelFunc
-	stopLife  func() bool
-	keepAlive *KeepAlive // set once acked
+	// base is the connection's context, and ctx the signed-in one, set
+	// when connection_init is acked, before any operation starts. cancel
+	// ends both, and every operation's.
+	base     context.Context
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopLife func() bool
 
 	wmu sync.Mutex // held while a message is written
 
@@ -195,9 +194,16 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 		// Legacy clients start their keep-alive timeout at the first "ka".
 		c.writeMessage("ka", "", nil)
 	}
-	if c.t.KeepAlive != nil {
-		c.keepAlive = c.t.KeepAlive
-		c.keepAlive.add(c)
+	if k := c.t.KeepAlive; k != nil {
+		k.add(c)
+		// A close that came meanwhile (the server stopping) may have
+		// missed the add.
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			k.remove(c)
+		}
 	} else {
 		c.conn.SetReadDeadline(time.Time{})
 	}
@@ -253,8 +259,8 @@ func (c *wsConn) close(code int, reason string) {
 		c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.t.writeTimeout()))
 	}
 	c.conn.Close()
-	if c.keepAlive != nil {
-		c.keepAlive.remove(c)
+	if k := c.t.KeepAlive; k != nil {
+		k.remove(c)
 	}
 	c.stopLife()
 	for _, op := range ops {
