@@ -69,19 +69,15 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if keepAlive <= 0 {
 		keepAlive = 15 * time.Second
 	}
-	readLimit := int64(MaxWebsocketMessage)
-	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout, Allow: cfg.AllowWebsocket,
-		KeepAlive: NewKeepAlive(keepAlive)}
 	present := ErrorPresenter(cfg.Logger)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
-	srv.AddTransport(transport.Websocket{
-		Implementation: ws,
-		InitFunc:       websocketInit(cfg.Resolver.Auth, cfg.Sessions),
-		InitTimeout:    10 * time.Second,
-		// Keep-alives and their read deadlines are ws.KeepAlive's: one
-		// goroutine for every connection instead of one for each.
-		PayloadReadLimit: &readLimit,
-		ErrorFunc: func(ctx context.Context, err error) {
+	srv.AddTransport(&Websocket{
+		AllowedOrigins: cfg.AllowedOrigins,
+		WriteTimeout:   cfg.WriteTimeout,
+		Allow:          cfg.AllowWebsocket,
+		Init:           websocketInit(cfg.Resolver.Auth, cfg.Sessions),
+		KeepAlive:      NewKeepAlive(keepAlive),
+		OnError: func(ctx context.Context, err error) {
 			cfg.Logger.DebugContext(ctx, "websocket error", "err", err)
 		},
 	})
@@ -117,7 +113,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		loaderWait = DefaultLoaderWait
 	}
 	srv.AroundResponses(cfg.Resolver.withLoaders(loaderWait))
-	return ws.guard(requireJSON(srv))
+	return requireJSON(srv)
 }
 
 // readOnlyCache is a cache whose Add does nothing.

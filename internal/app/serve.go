@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/warble/warble/graph"
 	"github.com/warble/warble/internal/redisdb"
 )
 
@@ -100,12 +101,13 @@ func checkListpack(ctx context.Context, cfg Config, db *redisdb.DB) {
 	db.CheckListpack(ctx, cfg.SetListpack)
 }
 
-// Serve answers requests on ln until ctx ends, then stops accepting, ends
-// websocket subscriptions (their contexts derive from BaseContext) and waits
-// for requests in flight.
+// Serve answers requests on ln until ctx ends, then stops accepting, closes
+// websockets (bound to BaseContext, see graph.WithWebsocketLifetime) and
+// waits for requests in flight.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	baseCtx = graph.WithWebsocketLifetime(baseCtx)
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 5 * time.Second,
