@@ -11,14 +11,62 @@
 //     as is almost always so, instead of building it for every object;
 //   - its subscription fields marshal each event with
 //     sharedTimelineEvent (shared_events.go), once per distinct selection
-//     rather than once per subscriber.
+//     rather than once per subscriber;
+//   - its object marshallers make the field set and label map of a
+//     deferred group with deferredGroup (fields.go), only when a field is
+//     deferred, instead of two allocations per object of every response;
+//   - the contexts of its scalar fields are made by scalarFieldContext
+//     (fields.go) with a Child function made once per scalar type (the
+//     childless* variables it appends), where gqlgen makes an error and a
+//     closure for every field of every response that no one calls;
+//   - a non-null scalar field read straight from a domain struct's field
+//     (Post.body, User.username, PostEdge.cursor: most fields of most
+//     responses) is marshalled at once, without gqlgen's field context,
+//     panic handler, field middleware and two closures: eight
+//     allocations a field. Nothing in such a field can fail, panic or
+//     wait, and Warble's handler has no field middleware (see NewHandler,
+//     TestNoFieldMiddleware);
+//   - its object marshallers return their fields through marshalFields
+//     (fields.go), which writes them without gqlgen's map, copies and
+//     iterator per object.
 package main
 
 import (
 	"bytes"
+	"fmt"
+	"go/format"
 	"log"
 	"os"
+	"regexp"
+	"slices"
 )
+
+// plainField matches gqlgen's resolution of a non-null scalar field that
+// is a domain struct's field: no resolver, no method, no directive, and a
+// marshaller that cannot fail. It captures the struct field and the
+// marshaller.
+var plainField = regexp.MustCompile(`return graphql\.ResolveField\(
+\t\tctx,
+\t\tec\.OperationContext,
+\t\tfield,
+\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{
+\t\t\treturn ec\.fieldContext_\w+\(ctx, field\)
+\t\t\},
+\t\tfunc\(ctx context\.Context\) \(any, error\) \{
+\t\t\treturn (obj\.\w+), nil
+\t\t\},
+\t\tnil,
+\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v [\w.]+\) graphql\.Marshaler \{
+\t\t\treturn ec\.(marshalN(?:String2string|ID2string|Boolean2bool|Int2int|Time2timeᚐTime))\(ctx, selections, v\)
+\t\t\},
+\t\ttrue,
+\t\ttrue,
+\t\)`)
+
+// scalarContext matches gqlgen's context of a scalar field; its last
+// argument, the error of the Child that a scalar field cannot have, names
+// the type.
+var scalarContext = regexp.MustCompile(`graphql\.NewScalarFieldContext\(("\w+", field, (?:true|false), (?:true|false)), errors\.New\("field of type (\w+) does not have child fields"\)\)`)
 
 func main() {
 	const file = "generated.go"
@@ -34,11 +82,41 @@ func main() {
 		// stream marshallers name the selection "selections".
 		{"return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)",
 			"return ec.sharedTimelineEvent(ctx, selections, v)"},
+		// Every object marshaller has its fields in fields, and ends
+		// returning their values in out.
+		{"deferredFieldSet := graphql.NewFieldSet(nil)\n\tdeferLabelToView := make(map[string]*graphql.FieldSetView)",
+			"deferredFieldSet, deferLabelToView := deferredGroup(fields)"},
+		{"\n\treturn out\n}\n", "\n\treturn marshalFields(fields, out)\n}\n"},
 	} {
 		if !bytes.Contains(src, []byte(r.from)) {
 			log.Fatalf("%s: no %q to rewrite: has gqlgen changed?", file, r.from)
 		}
 		src = bytes.ReplaceAll(src, []byte(r.from), []byte(r.to))
+	}
+	if !plainField.Match(src) {
+		log.Fatalf("%s: no plain field to rewrite: has gqlgen changed?", file)
+	}
+	src = plainField.ReplaceAll(src, []byte("return ec.$2(ctx, field.Selections, $1)"))
+	var scalars []string
+	for _, m := range scalarContext.FindAllSubmatch(src, -1) {
+		if t := string(m[2]); !slices.Contains(scalars, t) {
+			scalars = append(scalars, t)
+		}
+	}
+	if len(scalars) == 0 {
+		log.Fatalf("%s: no graphql.NewScalarFieldContext to rewrite: has gqlgen changed?", file)
+	}
+	src = scalarContext.ReplaceAll(src, []byte("scalarFieldContext($1, childless$2)"))
+	slices.Sort(scalars)
+	var vars bytes.Buffer
+	vars.WriteString("\n// The Child functions of scalar fields, one per type (gen_rewrite.go).\nvar (\n")
+	for _, t := range scalars {
+		fmt.Fprintf(&vars, "\tchildless%s = childless(%q)\n", t, t)
+	}
+	vars.WriteString(")\n")
+	src = append(src, vars.Bytes()...)
+	if src, err = format.Source(src); err != nil {
+		log.Fatalf("%s after rewriting: %v", file, err)
 	}
 	if err := os.WriteFile(file, src, 0o644); err != nil {
 		log.Fatal(err)

@@ -1,0 +1,47 @@
+package graph
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// TestNoFieldMiddleware builds the handler with every extension it can
+// have: none may be field middleware, which the plain fields of the
+// generated code would skip (gen_rewrite.go), so NewHandler panics on one.
+func TestNoFieldMiddleware(t *testing.T) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("NewHandler: %v", r)
+		}
+	}()
+	NewHandler(HandlerConfig{
+		Resolver:         &Resolver{},
+		Introspection:    true,
+		PersistedQueries: lru.New[string](10),
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+}
+
+// TestObjectFieldsWriteEachNameOnce checks marshalFields against what
+// gqlgen's FieldSet writes: fields in order, a repeated name once, the
+// first value.
+func TestObjectFieldsWriteEachNameOnce(t *testing.T) {
+	fields := make([]graphql.CollectedField, 3)
+	for i, alias := range []string{"id", "body", "id"} {
+		fields[i].Field = &ast.Field{Alias: alias}
+	}
+	out := graphql.NewFieldSet(fields)
+	out.Values[0], out.Values[1], out.Values[2] = graphql.MarshalString("1"), graphql.MarshalString(`say "hi"`), graphql.MarshalString("2")
+	var want, got strings.Builder
+	out.MarshalGQL(&want)
+	marshalFields(fields, out).MarshalGQL(&got)
+	if got.String() != want.String() || got.String() != `{"id":"1","body":"say \"hi\""}` {
+		t.Fatalf("marshalFields wrote %s, gqlgen's FieldSet %s", got.String(), want.String())
+	}
+}
