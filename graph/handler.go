@@ -88,7 +88,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(getTransport{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(postTransport{})
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
