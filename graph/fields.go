@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 )
@@ -101,3 +102,65 @@ fields:
 type stringWriter struct{ io.Writer }
 
 func (w stringWriter) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+
+// plainString marshals a String or ID field of a domain struct, which the
+// generated code returns for such a field (gen_rewrite.go). It holds a
+// pointer to the field, so that it is itself a pointer and costs no
+// allocation as a graphql.Marshaler, where gqlgen's MarshalString makes a
+// closure for every string of a response. The domain values of a response
+// do not change once resolved, so the string it writes is the one that was
+// resolved.
+type plainString struct{ s *string }
+
+// MarshalGQL writes the string as gqlgen's MarshalString does: quoted,
+// with \t, \r, \n, \\, \" and \u00XX (upper-case hex) for the other
+// control characters, every other byte as it is.
+func (p plainString) MarshalGQL(w io.Writer) {
+	sw, ok := w.(io.StringWriter)
+	if !ok {
+		sw = stringWriter{w}
+	}
+	s := *p.s
+	sw.WriteString(`"`)
+	done := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		sw.WriteString(s[done:i])
+		switch c {
+		case '"':
+			sw.WriteString(`\"`)
+		case '\\':
+			sw.WriteString(`\\`)
+		case '\t':
+			sw.WriteString(`\t`)
+		case '\r':
+			sw.WriteString(`\r`)
+		case '\n':
+			sw.WriteString(`\n`)
+		default:
+			const hex = "0123456789ABCDEF"
+			sw.WriteString(`\u00`)
+			sw.WriteString(hex[c>>4 : c>>4+1])
+			sw.WriteString(hex[c&0xf : c&0xf+1])
+		}
+		done = i + 1
+	}
+	sw.WriteString(s[done:])
+	sw.WriteString(`"`)
+}
+
+// plainTime marshals a Time field of a domain struct from a pointer to the
+// field (see plainString), and is MarshalTime's marshaller. The layout has
+// no character JSON would escape, so the time is formatted straight
+// between quotes, into one buffer.
+type plainTime struct{ t *time.Time }
+
+func (p plainTime) MarshalGQL(w io.Writer) {
+	var buf [len(timeLayout) + 2]byte
+	b := append(buf[:0], '"')
+	b = p.t.UTC().AppendFormat(b, timeLayout)
+	w.Write(append(b, '"'))
+}

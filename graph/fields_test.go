@@ -45,3 +45,18 @@ func TestObjectFieldsWriteEachNameOnce(t *testing.T) {
 		t.Fatalf("marshalFields wrote %s, gqlgen's FieldSet %s", got.String(), want.String())
 	}
 }
+
+// TestPlainStringAsMarshalString checks that plainString writes the bytes
+// gqlgen's MarshalString writes.
+func TestPlainStringAsMarshalString(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", `say "hi"`, `back\slash`, "tab\tcr\rlf\n", "\x00\x01\x1f\x7f", "é 日本 🐦", "\u2028\u2029", "bad \xff utf-8", "<b>&amp;</b>",
+	} {
+		var want, got strings.Builder
+		graphql.MarshalString(s).MarshalGQL(&want)
+		plainString{&s}.MarshalGQL(&got)
+		if got.String() != want.String() {
+			t.Errorf("plainString(%q) wrote %s, MarshalString %s", s, got.String(), want.String())
+		}
+	}
+}

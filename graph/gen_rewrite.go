@@ -23,8 +23,10 @@
 //     (Post.body, User.username, PostEdge.cursor: most fields of most
 //     responses) is marshalled at once, without gqlgen's field context,
 //     panic handler, field middleware and two closures: eight
-//     allocations a field. Nothing in such a field can fail, panic or
-//     wait, and Warble's handler has no field middleware (see NewHandler,
+//     allocations a field; strings, ids and times by plainString and
+//     plainTime (fields.go), which point at the field rather than hold a
+//     closure. Nothing in such a field can fail, panic or wait, and
+//     Warble's handler has no field middleware (see NewHandler,
 //     TestNoFieldMiddleware);
 //   - its object marshallers return their fields through marshalFields
 //     (fields.go), which writes them without gqlgen's map, copies and
@@ -96,7 +98,16 @@ func main() {
 	if !plainField.Match(src) {
 		log.Fatalf("%s: no plain field to rewrite: has gqlgen changed?", file)
 	}
-	src = plainField.ReplaceAll(src, []byte("return ec.$2(ctx, field.Selections, $1)"))
+	src = plainField.ReplaceAllFunc(src, func(m []byte) []byte {
+		sub := plainField.FindSubmatch(m)
+		switch string(sub[2]) {
+		case "marshalNString2string", "marshalNID2string":
+			return []byte("return plainString{&" + string(sub[1]) + "}")
+		case "marshalNTime2timeᚐTime":
+			return []byte("return plainTime{&" + string(sub[1]) + "}")
+		}
+		return []byte("return ec." + string(sub[2]) + "(ctx, field.Selections, " + string(sub[1]) + ")")
+	})
 	var scalars []string
 	for _, m := range scalarContext.FindAllSubmatch(src, -1) {
 		if t := string(m[2]); !slices.Contains(scalars, t) {

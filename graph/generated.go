@@ -1793,7 +1793,7 @@ func (ec *executionContext) field___Type_fields_args(ctx context.Context, rawArg
 // region    **************************** field.gotpl *****************************
 
 func (ec *executionContext) _AuthPayload_token(ctx context.Context, field graphql.CollectedField, obj *warble.AuthPayload) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Token)
+	return plainString{&obj.Token}
 }
 func (ec *executionContext) fieldContext_AuthPayload_token(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("AuthPayload", field, false, false, childlessString)
@@ -1864,7 +1864,7 @@ func (ec *executionContext) fieldContext_CreatePostPayload_post(_ context.Contex
 }
 
 func (ec *executionContext) _DeletePostPayload_postId(ctx context.Context, field graphql.CollectedField, obj *warble.DeletePostPayload) (ret graphql.Marshaler) {
-	return ec.marshalNID2string(ctx, field.Selections, obj.PostID)
+	return plainString{&obj.PostID}
 }
 func (ec *executionContext) fieldContext_DeletePostPayload_postId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("DeletePostPayload", field, false, false, childlessID)
@@ -2275,7 +2275,7 @@ func (ec *executionContext) fieldContext_PageInfo_endCursor(_ context.Context, f
 }
 
 func (ec *executionContext) _Post_id(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return ec.marshalNID2string(ctx, field.Selections, obj.ID)
+	return plainString{&obj.ID}
 }
 func (ec *executionContext) fieldContext_Post_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("Post", field, false, false, childlessID)
@@ -2314,21 +2314,21 @@ func (ec *executionContext) fieldContext_Post_author(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Post_body(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Body)
+	return plainString{&obj.Body}
 }
 func (ec *executionContext) fieldContext_Post_body(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("Post", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _Post_createdAt(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return ec.marshalNTime2timeᚐTime(ctx, field.Selections, obj.CreatedAt)
+	return plainTime{&obj.CreatedAt}
 }
 func (ec *executionContext) fieldContext_Post_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("Post", field, false, false, childlessTime)
 }
 
 func (ec *executionContext) _PostEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.PostEdge) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_PostEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("PostEdge", field, false, false, childlessString)
@@ -2914,7 +2914,7 @@ func (ec *executionContext) fieldContext_TimelineEvent_kind(_ context.Context, f
 }
 
 func (ec *executionContext) _TimelineEvent_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.TimelineEvent) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_TimelineEvent_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("TimelineEvent", field, false, false, childlessString)
@@ -2976,28 +2976,28 @@ func (ec *executionContext) fieldContext_TimelineEvent_post(_ context.Context, f
 }
 
 func (ec *executionContext) _User_id(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return ec.marshalNID2string(ctx, field.Selections, obj.ID)
+	return plainString{&obj.ID}
 }
 func (ec *executionContext) fieldContext_User_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("User", field, false, false, childlessID)
 }
 
 func (ec *executionContext) _User_username(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Username)
+	return plainString{&obj.Username}
 }
 func (ec *executionContext) fieldContext_User_username(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("User", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _User_displayName(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.DisplayName)
+	return plainString{&obj.DisplayName}
 }
 func (ec *executionContext) fieldContext_User_displayName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("User", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _User_createdAt(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return ec.marshalNTime2timeᚐTime(ctx, field.Selections, obj.CreatedAt)
+	return plainTime{&obj.CreatedAt}
 }
 func (ec *executionContext) fieldContext_User_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("User", field, false, false, childlessTime)
@@ -3470,7 +3470,7 @@ func (ec *executionContext) fieldContext_UserConnection_totalCount(_ context.Con
 }
 
 func (ec *executionContext) _UserEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.UserEdge) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Cursor)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_UserEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("UserEdge", field, false, false, childlessString)
@@ -3532,7 +3532,7 @@ func (ec *executionContext) fieldContext_UserEdge_followedAt(_ context.Context, 
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___Directive_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("__Directive", field, false, false, childlessString)
@@ -3635,7 +3635,7 @@ func (ec *executionContext) fieldContext___Directive_args(ctx context.Context, f
 }
 
 func (ec *executionContext) ___EnumValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___EnumValue_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("__EnumValue", field, false, false, childlessString)
@@ -3711,7 +3711,7 @@ func (ec *executionContext) fieldContext___EnumValue_deprecationReason(_ context
 }
 
 func (ec *executionContext) ___Field_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___Field_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("__Field", field, false, false, childlessString)
@@ -3862,7 +3862,7 @@ func (ec *executionContext) fieldContext___Field_deprecationReason(_ context.Con
 }
 
 func (ec *executionContext) ___InputValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
-	return ec.marshalNString2string(ctx, field.Selections, obj.Name)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___InputValue_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return scalarFieldContext("__InputValue", field, false, false, childlessString)

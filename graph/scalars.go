@@ -2,7 +2,6 @@ package graph
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -12,16 +11,10 @@ import (
 // time Warble sends has the same shape: 2026-11-22T07:03:01.120Z.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// MarshalTime writes the Time scalar: RFC 3339 in UTC, millisecond precision.
-// The layout has no character JSON would escape, so the time is formatted
-// straight between quotes, into one buffer.
+// MarshalTime writes the Time scalar: RFC 3339 in UTC, millisecond precision
+// (see plainTime).
 func MarshalTime(t time.Time) graphql.Marshaler {
-	return graphql.WriterFunc(func(w io.Writer) {
-		var buf [len(timeLayout) + 2]byte
-		b := append(buf[:0], '"')
-		b = t.UTC().AppendFormat(b, timeLayout)
-		w.Write(append(b, '"'))
-	})
+	return plainTime{&t}
 }
 
 // UnmarshalTime reads the Time scalar from any RFC 3339 string.
