@@ -22,8 +22,7 @@ import (
 func requireJSON(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
-			mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-			if err != nil || mediaType != "application/json" {
+			if !isJSON(r.Header.Get("Content-Type")) {
 				sendCoded(w, http.StatusUnsupportedMediaType, "Send GraphQL requests as application/json.", CodeBadUserInput)
 				return
 			}
@@ -140,7 +139,17 @@ func (postTransport) Supports(r *http.Request) bool {
 	if r.Method != http.MethodPost || r.Header.Get("Upgrade") != "" {
 		return false
 	}
-	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return isJSON(r.Header.Get("Content-Type"))
+}
+
+// isJSON reports whether a Content-Type is application/json, with or
+// without parameters. The type as clients send it most, alone, is told
+// without parsing, which makes a map of parameters.
+func isJSON(contentType string) bool {
+	if contentType == mediaJSON {
+		return true
+	}
+	mediaType, _, err := mime.ParseMediaType(contentType)
 	return err == nil && mediaType == mediaJSON
 }
 
