@@ -199,7 +199,7 @@ func (postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 // every response has the same bytes either way.
 func writeJSON(w http.ResponseWriter, resp *graphql.Response) {
 	if len(resp.Errors) == 0 && resp.Label == "" && resp.Path == nil && resp.HasNext == nil && len(resp.Extensions) == 0 &&
-		len(resp.Data) > 0 && !bytes.ContainsAny(resp.Data, "<>&\u2028\u2029") {
+		len(resp.Data) > 0 && !escapedByEncodingJSON(resp.Data) {
 		b := make([]byte, 0, len(`{"data":}`)+len(resp.Data))
 		b = append(b, `{"data":`...)
 		b = append(b, resp.Data...)
@@ -219,4 +219,18 @@ func writeJSON(w http.ResponseWriter, resp *graphql.Response) {
 func sendCoded(w http.ResponseWriter, status int, msg, code string) {
 	w.Header().Set("Content-Type", "application/json")
 	transport.SendError(w, status, &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": code}})
+}
+
+// escapedByEncodingJSON reports whether data may hold a character that
+// encoding/json escapes in its output: <, > and &, and U+2028 and U+2029,
+// which begin with the byte 0xE2 in UTF-8 (as do other characters, which
+// then take encoding/json's way for nothing, and come out the same).
+func escapedByEncodingJSON(data []byte) bool {
+	for _, c := range data {
+		switch c {
+		case '<', '>', '&', 0xE2:
+			return true
+		}
+	}
+	return false
 }

@@ -18,6 +18,7 @@ func TestWriteJSONAsEncodingJSON(t *testing.T) {
 		{Data: json.RawMessage(`{"viewer":{"id":"1","username":"ada"}}`)},
 		{Data: json.RawMessage(`{"post":{"body":"a <b> & c"}}`)},
 		{Data: json.RawMessage(`{"post":{"body":"line\u2028separator"}}`)},
+		{Data: json.RawMessage(`{"post":{"body":"a dash — and an arrow →"}}`)},
 		{Data: json.RawMessage(`{"post":{"body":"\"quoted\" \\ é"}}`)},
 		{Data: json.RawMessage(`null`), Errors: gqlerror.List{{Message: "Internal error."}}},
 		{Data: json.RawMessage(`{"a":1}`), Extensions: map[string]any{"k": "v"}},
