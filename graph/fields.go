@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -159,8 +160,12 @@ func (p plainString) MarshalGQL(w io.Writer) {
 type plainTime struct{ t *time.Time }
 
 func (p plainTime) MarshalGQL(w io.Writer) {
-	var buf [len(timeLayout) + 2]byte
-	b := append(buf[:0], '"')
+	var b []byte
+	bb, ok := w.(*bytes.Buffer) // gqlgen's buffers are: format into its spare room
+	if ok {
+		b = bb.AvailableBuffer()
+	}
+	b = append(b, '"')
 	b = p.t.UTC().AppendFormat(b, timeLayout)
 	w.Write(append(b, '"'))
 }

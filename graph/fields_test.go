@@ -1,10 +1,12 @@
 package graph
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
@@ -58,5 +60,20 @@ func TestPlainStringAsMarshalString(t *testing.T) {
 		if got.String() != want.String() {
 			t.Errorf("plainString(%q) wrote %s, MarshalString %s", s, got.String(), want.String())
 		}
+	}
+}
+
+// TestPlainTimeWritesMilliseconds checks the Time scalar's shape, written
+// into gqlgen's kind of buffer (its spare room) and into any other writer.
+func TestPlainTimeWritesMilliseconds(t *testing.T) {
+	at := time.Date(2026, 11, 22, 8, 3, 1, 120_456_000, time.FixedZone("CET", 3600))
+	const want = `"2026-11-22T07:03:01.120Z"`
+	var buf bytes.Buffer
+	buf.WriteString("x")
+	plainTime{&at}.MarshalGQL(&buf)
+	var sb strings.Builder
+	MarshalTime(at).MarshalGQL(&sb)
+	if buf.String() != "x"+want || sb.String() != want {
+		t.Fatalf("plainTime wrote %s into a bytes.Buffer after x, MarshalTime %s into a strings.Builder; want %s", buf.String(), sb.String(), want)
 	}
 }
