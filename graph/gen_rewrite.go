@@ -28,6 +28,10 @@
 //     closure. Nothing in such a field can fail, panic or wait, and
 //     Warble's handler has no field middleware (see NewHandler,
 //     TestNoFieldMiddleware);
+//   - an object marshaller with one field that gqlgen would run
+//     "concurrently" (a field with a resolver, such as Post.author) runs
+//     it in place: gqlgen's FieldSet.Dispatch runs a lone such field in
+//     place too, after a closure and a slice made to hold it;
 //   - its object marshallers return their fields through marshalFields
 //     (fields.go), which writes them without gqlgen's map, copies and
 //     iterator per object.
@@ -108,6 +112,7 @@ func main() {
 		}
 		return []byte("return ec." + string(sub[2]) + "(ctx, field.Selections, " + string(sub[1]) + ")")
 	})
+	src = loneConcurrentFieldsInline(src)
 	var scalars []string
 	for _, m := range scalarContext.FindAllSubmatch(src, -1) {
 		if t := string(m[2]); !slices.Contains(scalars, t) {
@@ -132,4 +137,25 @@ func main() {
 	if err := os.WriteFile(file, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// concurrentField is how gqlgen's object marshallers queue a field that
+// has a resolver, to run when the object's field set is dispatched.
+const concurrentField = "out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })"
+
+// loneConcurrentFieldsInline rewrites, in each function of src that queues
+// exactly one field, the queueing into running it at once.
+func loneConcurrentFieldsInline(src []byte) []byte {
+	funcs := bytes.SplitAfter(src, []byte("\n}\n"))
+	n := 0
+	for i, f := range funcs {
+		if bytes.Count(f, []byte(concurrentField)) == 1 {
+			funcs[i] = bytes.Replace(f, []byte(concurrentField), []byte("out.Values[i] = innerFunc(ctx, out)"), 1)
+			n++
+		}
+	}
+	if n == 0 {
+		log.Fatalf("no object marshaller with one %q: has gqlgen changed?", concurrentField)
+	}
+	return bytes.Join(funcs, nil)
 }
