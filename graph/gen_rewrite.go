@@ -28,6 +28,11 @@
 //     closure. Nothing in such a field can fail, panic or wait, and
 //     Warble's handler has no field middleware (see NewHandler,
 //     TestNoFieldMiddleware);
+//   - a non-null object field read from a domain struct's field (such as
+//     PostEdge.node), when the field holds an object, is marshalled in its
+//     field context without the rest of gqlgen's resolution (panic
+//     handler, middleware call, closures); a nil one still goes through
+//     gqlgen, which reports it;
 //   - an object marshaller with one field that gqlgen would run
 //     "concurrently" (a field with a resolver, such as Post.author) runs
 //     it in place: gqlgen's FieldSet.Dispatch runs a lone such field in
@@ -68,6 +73,28 @@ var plainField = regexp.MustCompile(`return graphql\.ResolveField\(
 \t\ttrue,
 \t\ttrue,
 \t\)`)
+
+// objectField matches gqlgen's resolution of a non-null object field that
+// is a domain struct's field holding a pointer, such as PostEdge.node. It
+// captures the whole call, the field's context function, the struct field
+// and the marshaller.
+var objectField = regexp.MustCompile(`return (graphql\.ResolveField\(
+\t\tctx,
+\t\tec\.OperationContext,
+\t\tfield,
+\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{
+\t\t\treturn ec\.(fieldContext_\w+)\(ctx, field\)
+\t\t\},
+\t\tfunc\(ctx context\.Context\) \(any, error\) \{
+\t\t\treturn (obj\.\w+), nil
+\t\t\},
+\t\tnil,
+\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v \*[\w.]+\) graphql\.Marshaler \{
+\t\t\treturn ec\.(marshalN\w+2ᚖ\S+)\(ctx, selections, v\)
+\t\t\},
+\t\ttrue,
+\t\ttrue,
+\t\))`)
 
 // scalarContext matches gqlgen's context of a scalar field; its last
 // argument, the error of the Child that a scalar field cannot have, names
@@ -112,6 +139,15 @@ func main() {
 		}
 		return []byte("return ec." + string(sub[2]) + "(ctx, field.Selections, " + string(sub[1]) + ")")
 	})
+	if !objectField.Match(src) {
+		log.Fatalf("%s: no object field to rewrite: has gqlgen changed?", file)
+	}
+	src = objectField.ReplaceAll(src, []byte(`if v := $3; v != nil {
+		fc, _ := ec.$2(ctx, field)
+		fc.Result = v
+		return ec.$4(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
+	return $1`))
 	src = loneConcurrentFieldsInline(src)
 	var scalars []string
 	for _, m := range scalarContext.FindAllSubmatch(src, -1) {

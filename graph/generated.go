@@ -1800,6 +1800,11 @@ func (ec *executionContext) fieldContext_AuthPayload_token(_ context.Context, fi
 }
 
 func (ec *executionContext) _AuthPayload_user(ctx context.Context, field graphql.CollectedField, obj *warble.AuthPayload) (ret graphql.Marshaler) {
+	if v := obj.User; v != nil {
+		fc, _ := ec.fieldContext_AuthPayload_user(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1832,6 +1837,11 @@ func (ec *executionContext) fieldContext_AuthPayload_user(_ context.Context, fie
 }
 
 func (ec *executionContext) _CreatePostPayload_post(ctx context.Context, field graphql.CollectedField, obj *warble.CreatePostPayload) (ret graphql.Marshaler) {
+	if v := obj.Post; v != nil {
+		fc, _ := ec.fieldContext_CreatePostPayload_post(ctx, field)
+		fc.Result = v
+		return ec.marshalNPost2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPost(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1871,6 +1881,11 @@ func (ec *executionContext) fieldContext_DeletePostPayload_postId(_ context.Cont
 }
 
 func (ec *executionContext) _FollowPayload_user(ctx context.Context, field graphql.CollectedField, obj *warble.FollowPayload) (ret graphql.Marshaler) {
+	if v := obj.User; v != nil {
+		fc, _ := ec.fieldContext_FollowPayload_user(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1903,6 +1918,11 @@ func (ec *executionContext) fieldContext_FollowPayload_user(_ context.Context, f
 }
 
 func (ec *executionContext) _FollowPayload_viewer(ctx context.Context, field graphql.CollectedField, obj *warble.FollowPayload) (ret graphql.Marshaler) {
+	if v := obj.Viewer; v != nil {
+		fc, _ := ec.fieldContext_FollowPayload_viewer(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2335,6 +2355,11 @@ func (ec *executionContext) fieldContext_PostEdge_cursor(_ context.Context, fiel
 }
 
 func (ec *executionContext) _PostEdge_node(ctx context.Context, field graphql.CollectedField, obj *warble.PostEdge) (ret graphql.Marshaler) {
+	if v := obj.Node; v != nil {
+		fc, _ := ec.fieldContext_PostEdge_node(ctx, field)
+		fc.Result = v
+		return ec.marshalNPost2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPost(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3477,6 +3502,11 @@ func (ec *executionContext) fieldContext_UserEdge_cursor(_ context.Context, fiel
 }
 
 func (ec *executionContext) _UserEdge_node(ctx context.Context, field graphql.CollectedField, obj *warble.UserEdge) (ret graphql.Marshaler) {
+	if v := obj.Node; v != nil {
+		fc, _ := ec.fieldContext_UserEdge_node(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3784,6 +3814,11 @@ func (ec *executionContext) fieldContext___Field_args(ctx context.Context, field
 }
 
 func (ec *executionContext) ___Field_type(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
+	if v := obj.Type; v != nil {
+		fc, _ := ec.fieldContext___Field_type(ctx, field)
+		fc.Result = v
+		return ec.marshalN__Type2ᚖgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3892,6 +3927,11 @@ func (ec *executionContext) fieldContext___InputValue_description(_ context.Cont
 }
 
 func (ec *executionContext) ___InputValue_type(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
+	if v := obj.Type; v != nil {
+		fc, _ := ec.fieldContext___InputValue_type(ctx, field)
+		fc.Result = v
+		return ec.marshalN__Type2ᚖgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
