@@ -1,6 +1,6 @@
 //go:build ignore
 
-// gen_rewrite rewrites two calls in generated.go, after gqlgen, from
+// gen_rewrite rewrites calls in generated.go, after gqlgen, from
 // go:generate in resolver.go:
 //
 //   - its list marshallers call marshalList (lists.go), which marshals a
