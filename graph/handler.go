@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -83,7 +84,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(getTransport{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(postTransport{})
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
@@ -91,18 +92,27 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	srv.SetDisableSuggestion(!cfg.Suggestions)
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
+	// Extensions go through use, which refuses field middleware: the
+	// generated code serves plain fields without it (gen_rewrite.go). For
+	// the same reason there is no srv.AroundFields here.
+	use := func(ext graphql.HandlerExtension) {
+		if _, ok := ext.(graphql.FieldInterceptor); ok {
+			panic(fmt.Sprintf("graph: extension %s is field middleware, which plain fields would skip (see gen_rewrite.go)", ext.ExtensionName()))
+		}
+		srv.Use(ext)
+	}
 	if cfg.Introspection {
-		srv.Use(extension.Introspection{})
+		use(extension.Introspection{})
 	}
 	if cfg.PersistedQueries != nil {
 		// gqlgen's extension would store a query before it is parsed, so
 		// that anyone could park any text in Redis; it gets a cache that
 		// only reads, and queries are stored once they have passed
 		// validation and the limits.
-		srv.Use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
+		use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
 		srv.AroundOperations(storeValidatedQuery(cfg.PersistedQueries))
 	}
-	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
+	use(extension.FixedComplexityLimit(MaxComplexity))
 	if cfg.Metrics != nil {
 		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
 	}
