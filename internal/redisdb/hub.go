@@ -35,11 +35,6 @@ type Hub struct {
 	mu       sync.Mutex
 	closed   bool
 	channels map[string]*hubChannel
-	// pending holds, per channel name, the SUBSCRIBE and UNSUBSCRIBE
-	// commands whose confirmations have not arrived, in the order sent.
-	// Redis confirms them in that order, which tells a confirmation of
-	// our SUBSCRIBE from one that go-redis sends when it reconnects.
-	pending  map[string][]pendingCommand
 	sessions map[string]map[*sessionWatch]struct{} // by token hash
 	// routes holds, per user channel of a pulled account, the home
 	// channels that get its messages.
@@ -91,7 +86,6 @@ func NewHub(db *DB) *Hub {
 		done:         make(chan struct{}),
 		revokedReady: make(chan struct{}),
 		channels:     make(map[string]*hubChannel),
-		pending:      make(map[string][]pendingCommand),
 		sessions:     make(map[string]map[*sessionWatch]struct{}),
 		routes:       make(map[string]map[*hubChannel]struct{}),
 		seenEvery:    db.seenEvery(),

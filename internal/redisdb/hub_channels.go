@@ -420,7 +420,6 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 			recent:  newSeqRing(recentSeqs),
 		}
 		h.channels[channel] = ch
-		h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true, ch: ch})
 		h.wg.Add(1)
 		go ch.run()
 		// When the write fails, go-redis reconnects and subscribes again
@@ -428,9 +427,9 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 		// once more. If that fails too, Redis is out of reach: the
 		// subscriptions waiting for the channel fail at once, as any
 		// request does then, rather than wait for Redis to come back.
-		err := h.subscribe(channel, false)
+		err := h.subscribe(channel, pendingCommand{ch: ch})
 		if err != nil {
-			err = h.subscribe(channel, false)
+			err = h.subscribe(channel, pendingCommand{ch: ch})
 		}
 		if err != nil {
 			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
@@ -472,10 +471,6 @@ func (h *Hub) unregister(sub *subscriber) {
 }
 
 func (h *Hub) unsubscribe(channel string) {
-	if h.single != nil {
-		// On a cluster each connection counts its own (see hubConn).
-		h.pending[channel] = append(h.pending[channel], pendingCommand{})
-	}
 	if err := h.unsubscribeConn(channel); err != nil {
 		h.db.log.Warn("unsubscribe from timeline channel", "channel", channel, "err", err)
 	}
@@ -523,10 +518,9 @@ func (h *Hub) addRoute(ch *hubChannel, channel string) {
 		ch.post(wakeMessage)
 		return
 	}
-	h.pending[channel] = append(h.pending[channel], pendingCommand{subscribe: true})
 	// On a failed write go-redis reconnects and subscribes again to the
 	// channels it knows, this one included.
-	if err := h.subscribe(channel, false); err != nil {
+	if err := h.subscribe(channel, pendingCommand{}); err != nil {
 		h.db.log.Warn("subscribe to pulled account's channel", "channel", channel, "err", err)
 	}
 }

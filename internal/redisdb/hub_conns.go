@@ -39,15 +39,22 @@ type hubConn struct {
 	anchor   string
 	anchored bool                // the anchor was confirmed once
 	channels map[string]struct{} // the shard channels on this connection
-	// unsubs counts, per channel, our SUNSUBSCRIBEs that Redis has not
-	// confirmed yet on this connection: a confirmation beyond them is
-	// Redis dropping the channel (see confirmedOnCluster).
-	unsubs map[string]int
-	// awaiting holds when each SSUBSCRIBE not confirmed yet was sent. A
-	// node that is not the slot's master yet (a replica in the middle of
-	// taking over) refuses it with an error, which go-redis does not
-	// hand on: the slot watch sends again what waited too long.
-	awaiting map[string]time.Time
+	// pending holds, per channel, the subscribe and unsubscribe commands
+	// sent on this connection whose confirmations have not arrived, in
+	// the order sent. Redis confirms one connection's commands in that
+	// order, which tells a confirmation of ours from one that go-redis
+	// sends when it reconnects, or Redis dropping a channel itself, and
+	// a confirmation of a subscription made earlier from one of the
+	// subscription made anew since (see Hub.confirmed). The order holds
+	// on one connection only: a channel that leaves one connection for
+	// another (a move, a connection closed and opened again) leaves its
+	// commands on the connection that carried them.
+	//
+	// On a cluster, a node that is not the slot's master yet (a replica
+	// in the middle of taking over) refuses an SSUBSCRIBE with an error,
+	// which go-redis does not hand on: the slot watch sends again what
+	// waited too long (see moveChannels).
+	pending map[string][]pendingCommand
 }
 
 // slotCheckEvery is how often a hub on a cluster checks that every
@@ -67,14 +74,14 @@ const slotReload = 250 * time.Millisecond
 func (h *Hub) openConns() {
 	if !h.db.sharded {
 		ps := h.db.client.Subscribe(h.ctx, revokedChannel, pullChannel)
-		c := &hubConn{ps: ps}
+		c := &hubConn{ps: ps, pending: make(map[string][]pendingCommand)}
 		h.single = c
 		h.startReading(c)
 		return
 	}
 	h.mu.Lock()
 	for _, channel := range []string{revokedChannel, pullChannel} {
-		if err := h.subscribe(channel, false); err != nil {
+		if err := h.subscribe(channel, pendingCommand{}); err != nil {
 			// The slot watch subscribes it once a master answers.
 			h.db.log.Warn("subscribe to hub channel", "channel", channel, "err", err)
 		}
@@ -92,22 +99,24 @@ func (h *Hub) startReading(c *hubConn) {
 
 // subscribe subscribes to channel: on one Redis on the one connection, on a
 // cluster on the connection to the master of the channel's slot, opened if
-// need be. resync marks the subscription as one whose listeners may have
-// missed messages (a channel moved from another master). Callers hold h.mu
-// and have queued the pending command the confirmation answers.
-func (h *Hub) subscribe(channel string, resync bool) error {
-	if h.single != nil {
-		return h.single.ps.Subscribe(h.ctx, channel)
+// need be. It queues cmd (the hubChannel it is for, if any, and whether its
+// listeners get a RESYNC) on that connection for the confirmation. Callers
+// hold h.mu.
+func (h *Hub) subscribe(channel string, cmd pendingCommand) error {
+	cmd.subscribe, cmd.sent = true, time.Now()
+	if c := h.single; c != nil {
+		c.pending[channel] = append(c.pending[channel], cmd)
+		return c.ps.Subscribe(h.ctx, channel)
 	}
 	c, err := h.connFor(channel)
 	if err != nil {
 		// Not subscribed anywhere yet: the slot watch retries it.
-		h.orphans[channel] = resync
+		h.orphans[channel] = cmd.resync
 		return err
 	}
 	delete(h.orphans, channel)
 	c.channels[channel] = struct{}{}
-	c.awaiting[channel] = time.Now()
+	c.pending[channel] = append(c.pending[channel], cmd)
 	h.connOf[channel] = c
 	return c.ps.SSubscribe(h.ctx, channel)
 }
@@ -115,8 +124,9 @@ func (h *Hub) subscribe(channel string, resync bool) error {
 // unsubscribeConn drops channel from its connection, and closes a cluster
 // connection that has no channel left. Callers hold h.mu.
 func (h *Hub) unsubscribeConn(channel string) error {
-	if h.single != nil {
-		return h.single.ps.Unsubscribe(h.ctx, channel)
+	if c := h.single; c != nil {
+		c.pending[channel] = append(c.pending[channel], pendingCommand{sent: time.Now()})
+		return c.ps.Unsubscribe(h.ctx, channel)
 	}
 	delete(h.orphans, channel)
 	c := h.connOf[channel]
@@ -125,8 +135,7 @@ func (h *Hub) unsubscribeConn(channel string) error {
 	}
 	delete(h.connOf, channel)
 	delete(c.channels, channel)
-	delete(c.awaiting, channel)
-	c.unsubs[channel]++
+	c.pending[channel] = append(c.pending[channel], pendingCommand{sent: time.Now()})
 	err := c.ps.SUnsubscribe(h.ctx, channel)
 	if len(c.channels) == 0 {
 		h.closeConn(c)
@@ -156,8 +165,7 @@ func (h *Hub) connFor(channel string) (*hubConn, error) {
 		client:   client,
 		anchor:   prefix + "ch:hub:" + h.id + ":" + addr,
 		channels: make(map[string]struct{}),
-		unsubs:   make(map[string]int),
-		awaiting: make(map[string]time.Time),
+		pending:  make(map[string][]pendingCommand),
 	}
 	c.ps = client.Subscribe(h.ctx, c.anchor)
 	h.conns[addr] = c
@@ -165,7 +173,8 @@ func (h *Hub) connFor(channel string) (*hubConn, error) {
 	return c, nil
 }
 
-// closeConn closes a cluster connection; its reader ends. Callers hold h.mu.
+// closeConn closes a cluster connection; its reader ends, and the
+// confirmations still pending on it never come. Callers hold h.mu.
 func (h *Hub) closeConn(c *hubConn) {
 	delete(h.conns, c.addr)
 	for channel := range c.channels {
@@ -240,8 +249,9 @@ func (h *Hub) moveChannels() {
 		moves[channel] = resync
 	}
 	for _, c := range h.conns {
-		for channel, sent := range c.awaiting {
-			if time.Since(sent) > 2*slotCheckEvery {
+		for channel := range c.channels {
+			// The channel's last command on c is its SSUBSCRIBE.
+			if q := c.pending[channel]; len(q) > 0 && time.Since(q[len(q)-1].sent) > 2*slotCheckEvery {
 				moves[channel] = true
 			}
 		}
@@ -259,8 +269,7 @@ func (h *Hub) moveChannels() {
 			// go-redis, which would otherwise subscribe it there again.
 			h.unsubscribeConn(channel)
 		}
-		h.pending[channel] = []pendingCommand{{subscribe: true, ch: h.channels[channel], resync: resync}}
-		if err := h.subscribe(channel, resync); err != nil {
+		if err := h.subscribe(channel, pendingCommand{ch: h.channels[channel], resync: resync}); err != nil {
 			h.db.log.Warn("move channel to its slot's master", "channel", channel, "err", err)
 		} else {
 			h.db.log.Info("moved channel to its slot's master", "channel", channel, "addr", h.connOf[channel].addr)

@@ -1,13 +1,19 @@
 package redisdb
 
-import "github.com/redis/go-redis/v9"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // pendingCommand is a SUBSCRIBE (with the hubChannel it is for) or an
-// UNSUBSCRIBE that Redis has not confirmed yet.
+// UNSUBSCRIBE that Redis has not confirmed yet on a connection (see
+// hubConn.pending).
 type pendingCommand struct {
 	subscribe bool
 	ch        *hubChannel
-	resync    bool // the channel moved to another master: its listeners get a RESYNC
+	resync    bool      // the channel moved to another master: its listeners get a RESYNC
+	sent      time.Time // when it was sent
 }
 
 // confirmed handles Redis's confirmation of a SUBSCRIBE or UNSUBSCRIBE.
@@ -21,25 +27,35 @@ type pendingCommand struct {
 // never come: go-redis sends the SUBSCRIBEs again itself, and those of
 // channels still wanted are confirmed as a reconnect's.
 //
+// Every confirmation of ours is taken off the connection's queue, also one
+// that is of no interest any more, so that it cannot be taken for the
+// confirmation of a later command: a subscription that is left before it
+// is confirmed, and made anew at once, starts on its own confirmation.
+//
 // On a cluster each connection tells its own reconnects by its anchor
 // channel (see hubConn), and a confirmation for a channel that has moved to
-// another connection meanwhile is of no interest. An unsubscribe that we
-// did not ask for is Redis dropping the channel, as a master does when its
-// slot goes elsewhere: the channel is subscribed again where the slot is
-// now, with a RESYNC.
+// another connection, or was left, meanwhile is of no interest. An
+// unsubscribe that we did not ask for is Redis dropping the channel, as a
+// master does when its slot goes elsewhere: the channel is subscribed again
+// where the slot is now, with a RESYNC.
 func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 	subscribe := m.Kind == "subscribe" || m.Kind == "ssubscribe"
 	if !subscribe && m.Kind != "unsubscribe" && m.Kind != "sunsubscribe" {
 		return
 	}
 	h.mu.Lock()
-	if c.anchor != "" {
-		if !h.confirmedOnCluster(c, m, subscribe) {
-			h.mu.Unlock()
-			return
-		}
-	} else if subscribe && m.Count == 1 {
-		clear(h.pending)
+	if m.Channel == c.anchor && c.anchor != "" {
+		h.anchorConfirmed(c, subscribe)
+		h.mu.Unlock()
+		return
+	}
+	if c.anchor == "" && subscribe && m.Count == 1 {
+		clear(c.pending)
+	}
+	p, ours := c.popPending(m.Channel, subscribe)
+	if c.anchor != "" && !h.confirmedOnCluster(c, m, subscribe, ours) {
+		h.mu.Unlock()
+		return
 	}
 	if m.Channel == pullChannel {
 		again := h.pullSeen
@@ -65,7 +81,6 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 		return
 	}
 	ch := h.channels[m.Channel]
-	p, ours := h.popPending(m.Channel, subscribe)
 	if subscribe {
 		for sink := range h.routes[m.Channel] {
 			sink.post(wakeMessage)
@@ -86,53 +101,50 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 }
 
 // popPending takes the oldest pending command of the given kind on channel
-// and reports whether there was one.
-func (h *Hub) popPending(channel string, subscribe bool) (pendingCommand, bool) {
-	queue := h.pending[channel]
-	for i, c := range queue {
-		if c.subscribe == subscribe {
+// off c's queue and reports whether there was one. Callers hold h.mu.
+func (c *hubConn) popPending(channel string, subscribe bool) (pendingCommand, bool) {
+	queue := c.pending[channel]
+	for i, p := range queue {
+		if p.subscribe == subscribe {
 			// Commands before it of the other kind cannot be pending
 			// any more: Redis answers in order.
 			if rest := queue[i+1:]; len(rest) > 0 {
-				h.pending[channel] = rest
+				c.pending[channel] = rest
 			} else {
-				delete(h.pending, channel)
+				delete(c.pending, channel)
 			}
-			return c, true
+			return p, true
 		}
 	}
 	return pendingCommand{}, false
 }
 
-// confirmedOnCluster handles what is particular to a confirmation on a
-// cluster connection, and reports whether confirmed goes on with it.
-// Callers hold h.mu.
-func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe bool) bool {
-	if m.Channel == c.anchor {
-		if subscribe && c.anchored {
-			// The connection was made anew: the commands still pending
-			// were sent on the dead one. Its channels are subscribed
-			// again one by one (see hubConn), where their slots are
-			// now (the master may have failed over meanwhile), and
-			// their listeners get a RESYNC.
-			for channel := range c.channels {
-				delete(h.pending, channel)
-				delete(h.connOf, channel)
-				h.orphans[channel] = true
-			}
-			clear(c.channels)
-			clear(c.awaiting)
-			h.checkSlots()
+// anchorConfirmed handles the confirmation of a cluster connection's
+// anchor. Callers hold h.mu.
+func (h *Hub) anchorConfirmed(c *hubConn, subscribe bool) {
+	if subscribe && c.anchored {
+		// The connection was made anew: the commands still pending were
+		// sent on the dead one. Its channels are subscribed again one
+		// by one (see hubConn), where their slots are now (the master
+		// may have failed over meanwhile), and their listeners get a
+		// RESYNC.
+		for channel := range c.channels {
+			delete(h.connOf, channel)
+			h.orphans[channel] = true
 		}
-		c.anchored = c.anchored || subscribe
-		return false
+		clear(c.channels)
+		clear(c.pending)
+		h.checkSlots()
 	}
+	c.anchored = c.anchored || subscribe
+}
+
+// confirmedOnCluster handles what is particular to a confirmation on a
+// cluster connection, ours or not, taken off c's queue already, and
+// reports whether confirmed goes on with it. Callers hold h.mu.
+func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe, ours bool) bool {
 	if !subscribe {
-		if c.unsubs[m.Channel] > 0 {
-			if c.unsubs[m.Channel]--; c.unsubs[m.Channel] == 0 {
-				delete(c.unsubs, m.Channel)
-			}
-		} else if h.connOf[m.Channel] == c {
+		if !ours && h.connOf[m.Channel] == c {
 			// Redis dropped it: its slot went to another master.
 			delete(h.connOf, m.Channel)
 			delete(c.channels, m.Channel)
@@ -141,11 +153,7 @@ func (h *Hub) confirmedOnCluster(c *hubConn, m *redis.Subscription, subscribe bo
 		}
 		return false
 	}
-	// A confirmation for a channel that left this connection (it moved)
-	// is of no interest.
-	if h.connOf[m.Channel] != c {
-		return false
-	}
-	delete(c.awaiting, m.Channel)
-	return true
+	// A confirmation for a channel that left this connection (it moved,
+	// or was left) is of no interest.
+	return h.connOf[m.Channel] == c
 }

@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -476,7 +477,13 @@ func TestHubSubscriptionsEnd(t *testing.T) {
 	waitFor(t, "the hub to hold no channels and no pending commands", func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return len(h.channels) == 0 && len(h.pending) == 0
+		pending := 0
+		for _, c := range append(slices.Collect(maps.Values(h.conns)), h.single) {
+			if c != nil {
+				pending += len(c.pending)
+			}
+		}
+		return len(h.channels) == 0 && pending == 0
 	})
 }
 
@@ -909,4 +916,82 @@ func TestHubHandsEventsToReceiver(t *testing.T) {
 	case <-time.After(eventWait):
 		t.Fatal("no EventReady for the closed channel after the context ended")
 	}
+}
+
+// TestHubRejoin leaves a channel and joins it again at once, over and
+// over, as a reader who reloads a page does: each new subscription must
+// start and get live events. Half the rounds first abandon a subscription
+// before Redis confirms it (a socket that closes while it subscribes), so
+// that its confirmation arrives after the channel was left, before or
+// after the next subscription is made. On a cluster
+// the user channel is one whose master carries no other channel of the
+// hub, so that leaving it closes the connection and joining opens a new
+// one; the global channel shares its connection with the hub's own.
+func TestHubRejoin(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	loner := mustSignup(t, db, "loner")
+	if db.sharded {
+		loner = lonelyUser(t, db)
+	}
+	for _, feed := range []warble.Feed{warble.GlobalFeed(), warble.UserFeed(loner.ID)} {
+		author := ada
+		if feed.Kind == warble.FeedUser {
+			author = loner
+		}
+		for i := range 40 {
+			if i%2 == 1 {
+				gone, cancel := context.WithCancel(ctx)
+				cancel()
+				if _, err := h.SubscribeTimeline(gone, feed, nil); err == nil {
+					t.Fatalf("%s round %d: a subscription of a cancelled context started", feed, i)
+				}
+				if i%4 == 3 {
+					// Its confirmations arrive before the next
+					// subscription is made, not after.
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			// A subscription that does not start fails when ctx ends,
+			// instead of hanging the test.
+			subCtx, cancel := context.WithTimeout(ctx, 2*eventWait)
+			events, err := h.SubscribeTimeline(subCtx, feed, nil)
+			if err != nil {
+				cancel()
+				t.Fatalf("%s round %d: %v", feed, i, err)
+			}
+			p := mustCreatePost(t, db, author.ID, "round "+strconv.Itoa(i))
+			wantAdded(t, nextEvent(t, events), p)
+			cancel()
+			for range events {
+			}
+		}
+	}
+}
+
+// lonelyUser signs up users on a cluster until one's user channel is served
+// by a master that serves neither of the hub's own channels.
+func lonelyUser(t *testing.T, db *DB) *warble.User {
+	t.Helper()
+	ctx := context.Background()
+	cc := db.client.(*redis.ClusterClient)
+	masterOf := func(channel string) string {
+		t.Helper()
+		m, err := cc.MasterForKey(ctx, channel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	busy := map[string]bool{masterOf(revokedChannel): true, masterOf(pullChannel): true}
+	for i := range 50 {
+		u := mustSignup(t, db, "loner"+strconv.Itoa(i))
+		if !busy[masterOf(userChannel(u.ID))] {
+			return u
+		}
+	}
+	t.Fatal("no user channel on a master without the hub's channels")
+	return nil
 }
