@@ -48,6 +48,17 @@ func newAsyncTestDB(t testing.TB) *DB {
 	return newTestDB(t, Options{AsyncFanOut: true})
 }
 
+// newChainedTestDB is newTestDB whose CreatePost stores posts through the
+// outbox, as on a Redis Cluster, on one Redis too: for the tests of the
+// outbox, whose requests die (their XADD fails) between its steps. On one
+// Redis CreatePost has no such steps (createPostOneRedisScript).
+func newChainedTestDB(t testing.TB, opts Options) *DB {
+	t.Helper()
+	db := newTestDB(t, opts)
+	db.chainedPosts = true
+	return db
+}
+
 // manyFollowers makes n users (ids from 1000 on, with no user hashes) follow
 // authorID and returns their ids.
 func manyFollowers(tb testing.TB, db *DB, authorID string, n int) []string {
@@ -353,7 +364,7 @@ func (h *failXAdd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // behind.
 func TestOutboxSweep(t *testing.T) {
 	ctx := context.Background()
-	db := newAsyncTestDB(t)
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -450,7 +461,7 @@ func TestOutboxSweep(t *testing.T) {
 // off again, and delivers it to nobody.
 func TestCreateJobAfterItsDeleteLeavesNoTrace(t *testing.T) {
 	ctx := context.Background()
-	db := newAsyncTestDB(t)
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -486,7 +497,7 @@ func TestCreateJobAfterItsDeleteLeavesNoTrace(t *testing.T) {
 func TestWorkerSweepsOutboxes(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	db := newTestDB(t, Options{AsyncFanOut: true, Now: clock.Now})
+	db := newChainedTestDB(t, Options{AsyncFanOut: true, Now: clock.Now})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -602,7 +613,7 @@ func TestOutboxSweepReadsOnlyTheIndex(t *testing.T) {
 func TestOutboxIndexBackfill(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	db := newTestDB(t, Options{AsyncFanOut: true, FanOutShards: 3, Now: clock.Now})
+	db := newChainedTestDB(t, Options{AsyncFanOut: true, FanOutShards: 3, Now: clock.Now})
 	// On an empty database there is nothing to backfill, and an idle
 	// Warble writes nothing, not even the marker.
 	if err := NewWorker(db, WorkerOptions{Sweep: true}).maybeSweep(ctx); err != nil {
