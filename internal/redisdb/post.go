@@ -188,7 +188,8 @@ return 1 + noted
 //
 // On one Redis the step is createPostOneRedisScript, which queues the job
 // and lists the post on the global timeline too: two round trips in all,
-// the seq (with the author, for the answer) and the step. On a Redis
+// the seq and the step. (The answer's author is the signed-in user; a
+// caller without one has the author read with the seq.) On a Redis
 // Cluster the step records the job in the author's outbox (see
 // storeChained), and the job is then queued for a fan-out worker (see
 // queue.go), and the post added to the global timeline at once for a
@@ -207,15 +208,24 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if err != nil {
 		return nil, err
 	}
-	// The author for the answer is read with the seq: they are the same
-	// whenever they are read.
+	// The answer's author is the signed-in user when they are the author,
+	// as they are for a request (read with the session a moment ago);
+	// otherwise it is read with the seq.
 	var seqCmd *redis.IntCmd
-	var author func(context.Context) ([]*warble.User, error)
-	_, readErr := s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		seqCmd = pipe.Incr(ctx, postSeqKey)
-		author = s.db.queueUsers(ctx, pipe, []string{authorID})
-		return nil
-	})
+	var author *warble.User
+	var readAuthor func(context.Context) ([]*warble.User, error)
+	var readErr error
+	if u := warble.UserFromContext(ctx); u != nil && u.ID == authorID {
+		signedIn := *u
+		author = &signedIn
+		seqCmd = s.db.client.Incr(ctx, postSeqKey)
+	} else {
+		_, readErr = s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			seqCmd = pipe.Incr(ctx, postSeqKey)
+			readAuthor = s.db.queueUsers(ctx, pipe, []string{authorID})
+			return nil
+		})
+	}
 	seq, err := seqCmd.Result()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
@@ -240,15 +250,18 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 			s.db.log.ErrorContext(ctx, "fan out post", "post", p.ID, "err", err)
 		}
 	}
-	var authors []*warble.User
-	if readErr == nil {
-		authors, readErr = author(ctx)
+	if readAuthor != nil && readErr == nil {
+		var authors []*warble.User
+		if authors, readErr = readAuthor(ctx); readErr == nil {
+			author = authors[0]
+		}
 	}
-	if readErr == nil {
-		p.Author = authors[0]
-	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
-		// The answer's author field reads the author again then.
-		s.db.log.WarnContext(ctx, "read the author of a new post", "post", p.ID, "err", err)
+	p.Author = author
+	if readErr != nil {
+		if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
+			// The answer's author field reads the author again then.
+			s.db.log.WarnContext(ctx, "read the author of a new post", "post", p.ID, "err", err)
+		}
 	}
 	// The seq, the post with its job, and on a cluster the job's index
 	// entry, on their replicas (on one Redis, one WAIT covers them).

@@ -366,7 +366,7 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // TestCreatePostOneRedis: on one Redis, CreatePost is two round trips, the
-// seq with the author and one script, which stores the post and queues its
+// seq (with the author unless the author is signed in) and one script, which stores the post and queues its
 // job in one atomic step, without the outbox: the job is queued with the
 // post or, when Redis refuses the step, neither is written and CreatePost
 // answers an error. A global timeline that refuses the post does not fail
@@ -383,8 +383,9 @@ func TestCreatePostOneRedis(t *testing.T) {
 	mustCreatePost(t, db, ada.ID, "loads the script")
 	shard := db.fanOutShard(ada.ID)
 
-	trips := &roundTrips{}
+	trips, names := &roundTrips{}, &commandNames{}
 	db.client.AddHook(trips)
+	db.client.AddHook(names)
 	p, err := posts.CreatePost(ctx, ada.ID, "in one step")
 	if err != nil {
 		t.Fatal(err)
@@ -413,6 +414,27 @@ func TestCreatePostOneRedis(t *testing.T) {
 	}
 	drainFanOut(t, db)
 	if got := holding(t, db, followers, p.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+	// Signed in as the author, as a request is, the answer's author is
+	// the signed-in user, not read again.
+	trips.n.Store(0)
+	reads := names.count("hmget")
+	signedIn, err := posts.CreatePost(warble.NewContextWithUser(ctx, ada), ada.ID, "signed in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 2 {
+		t.Errorf("CreatePost signed in took %d round trips, want 2", n)
+	}
+	if n := names.count("hmget") - reads; n != 0 {
+		t.Errorf("CreatePost signed in read the author %d times", n)
+	}
+	if signedIn.Author == nil || *signedIn.Author != *ada {
+		t.Errorf("post author = %+v, want %+v", signedIn.Author, ada)
+	}
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, signedIn.ID); got != 3 {
 		t.Fatalf("%d followers hold the post, want 3", got)
 	}
 
