@@ -257,6 +257,28 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 	}
 }
 
+// TestNewJobReadsNoCursor: a job read new from the stream runs from the
+// start without looking for a saved cursor, which only a job taken over
+// can have (TestWorkerTakesOverDeadJob).
+func TestNewJobReadsNoCursor(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "new job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := &commandNames{}
+	db.client.AddHook(names)
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, p.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+	if n := names.count("get"); n != 0 {
+		t.Errorf("the worker looked for a cursor %d times for a new job", n)
+	}
+}
+
 // BenchmarkCreatePost measures CreatePost for an author with 10,000
 // followers, with the fan-out inside the call and queued for workers.
 func BenchmarkCreatePost(b *testing.B) {

@@ -269,7 +269,7 @@ func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, err
 	for i, m := range msgs {
 		// A job cut short by ctx stays pending, with its cursor saved, for
 		// another worker to take over; so do the rest of this batch.
-		if err := w.run(ctx, shard, m); err != nil {
+		if err := w.run(ctx, shard, m, claim); err != nil {
 			return i, err
 		}
 	}
@@ -456,19 +456,30 @@ func serverOptions(o *redis.Options, conns int) *redis.Options {
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.
-func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage) error {
+// Only a job taken over from another worker (claimed) can have a cursor:
+// one read new from the stream was never delivered to a worker, and a
+// cursor is saved only by the worker that holds the job (saveCursor), so
+// a new job starts at the start without a round trip to look. (Should its
+// group have been lost and made again from the stream's start, a job that
+// was under way is read as new and runs from the start, which delivers
+// nothing twice.)
+func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed bool) error {
 	j, ok := parseJob(shard, m)
 	if !ok {
 		w.db.log.ErrorContext(ctx, "fan-out job malformed; dropped", "id", m.ID, "values", m.Values)
 		return w.finish(ctx, shard, m.ID)
 	}
 	from := startCursor
-	saved, err := w.db.client.Get(ctx, fanoutCursorKey(shard, j.id)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read cursor of fan-out job %s: %w", j.id, err)
-	} else if err == nil {
-		if from, ok = parseFollowerCursor(saved); !ok {
-			return fmt.Errorf("fan-out job %s: malformed cursor %q", j.id, saved)
+	var err error
+	if claimed {
+		var saved string
+		saved, err = w.db.client.Get(ctx, fanoutCursorKey(shard, j.id)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read cursor of fan-out job %s: %w", j.id, err)
+		} else if err == nil {
+			if from, ok = parseFollowerCursor(saved); !ok {
+				return fmt.Errorf("fan-out job %s: malformed cursor %q", j.id, saved)
+			}
 		}
 	}
 	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
