@@ -285,19 +285,12 @@ func (s *PostService) storeOneStep(ctx context.Context, p *warble.Post, seqText 
 		op = opDeliver
 	}
 	postsInRedis := int64(s.db.opts.PostsInRedis)
-	script := s.db.pub(createPostOneRedisScript)
-	var cmd *redis.Cmd
-	err := runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
-		cmd = script.EvalSha(ctx, pipe, keys,
-			seqText, p.ID, p.Body, createdAt.UnixMilli(), s.db.opts.HomeCap,
-			userChannel(authorID), homeChannel(authorID), encodeAdded(p.Seq, p.ID),
-			op, authorID, s.db.opts.GlobalCap, globalChannel,
-			postsInRedis, s.db.dueAfterPost(postsInRedis+1, createdAt), s.db.dueAfterPost(postsInRedis, createdAt))
-	}, script)
-	if err == nil {
-		err = cmd.Err()
-	}
-	if err != nil {
+	cmd := runScript(ctx, s.db.client, s.db.pub(createPostOneRedisScript), keys,
+		seqText, p.ID, p.Body, createdAt.UnixMilli(), s.db.opts.HomeCap,
+		userChannel(authorID), homeChannel(authorID), encodeAdded(p.Seq, p.ID),
+		op, authorID, s.db.opts.GlobalCap, globalChannel,
+		postsInRedis, s.db.dueAfterPost(postsInRedis+1, createdAt), s.db.dueAfterPost(postsInRedis, createdAt))
+	if err := cmd.Err(); err != nil {
 		return err
 	}
 	// The post and its job are recorded.

@@ -370,7 +370,8 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // job in one atomic step, without the outbox: the job is queued with the
 // post or, when Redis refuses the step, neither is written and CreatePost
 // answers an error. A global timeline that refuses the post does not fail
-// the request; the job lists the post there.
+// the request; the job lists the post there. A script Redis forgot is
+// loaded again.
 func TestCreatePostOneRedis(t *testing.T) {
 	ctx := context.Background()
 	db := newAsyncTestDB(t)
@@ -457,6 +458,20 @@ func TestCreatePostOneRedis(t *testing.T) {
 	if _, err := db.client.ZScore(ctx, globalKey, p.ID).Result(); err != nil {
 		t.Fatalf("the job did not list the post on the global timeline: %v", err)
 	}
+
+	// Redis forgot the script (a restart, a SCRIPT FLUSH): it is loaded
+	// again, and the post stored once.
+	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = posts.CreatePost(ctx, ada.ID, "after a flush")
+	if err != nil {
+		t.Fatalf("CreatePost after SCRIPT FLUSH: %v", err)
+	}
+	if got := zsetIDs(t, db, postsKey(ada.ID)); got[len(got)-1] != p.ID || slices.Contains(got[:len(got)-1], p.ID) {
+		t.Fatalf("ada's posts = %v, want %s once, last", got, p.ID)
+	}
+	drainFanOut(t, db)
 
 	// Redis refuses the step (the stream is a string, or the script
 	// cannot be loaded): nothing is written.
