@@ -2,7 +2,6 @@ package graph
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/warble/warble/internal/warble"
@@ -90,8 +88,8 @@ func authInterceptor(present graphql.ErrorPresenterFunc) graphql.OperationMiddle
 // Without either the connection is anonymous. A bad token closes it with
 // 4403. The returned context ends, closing the connection and its
 // subscriptions, when the session is revoked or expires.
-func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.WebsocketInitFunc {
-	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context.Context, map[string]any) (context.Context, error) {
+	return func(ctx context.Context, payload map[string]any) (context.Context, error) {
 		header, _ := ctx.Value(upgradeHeaderKey{}).(string)
 		for k, v := range payload {
 			if s, ok := v.(string); ok && strings.EqualFold(k, "Authorization") {
@@ -99,33 +97,24 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 			}
 		}
 		if header == "" {
-			return ctx, nil, nil
+			return ctx, nil
 		}
 		authCtx, err := authenticate(ctx, auth, header)
 		if err != nil && warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
 			// The token could not be checked (Redis is unreachable): not
 			// a verdict on the session, so a code that says to retry.
-			ctx = transport.WithWebsocketCloseCode(ctx, closeTryAgainLater)
-			return transport.AppendCloseReason(ctx, "Try again later"), nil, errors.New(warble.ErrorMessage(err))
+			return ctx, &initRefusal{code: closeTryAgainLater, reason: "Try again later", message: warble.ErrorMessage(err)}
 		}
 		if err != nil {
-			ctx = transport.WithWebsocketCloseCode(ctx, closeForbidden)
-			// gqlgen sends err.Error() as the connection_error message of
-			// the legacy protocol, which clients such as
-			// subscriptions-transport-ws hand to the app: send the
+			// The legacy protocol's connection_error carries the
 			// user-facing sentence, not the error's internal form.
-			return transport.AppendCloseReason(ctx, "Forbidden"), nil, errors.New(warble.ErrorMessage(err))
+			return ctx, &initRefusal{code: closeForbidden, reason: "Forbidden", message: warble.ErrorMessage(err)}
 		}
 		// The connection ends when its session is revoked or expires, with
 		// 4403 as for a bad token, so that a client knows to log in again
-		// rather than reconnect: the code is set before the context that
-		// gqlgen watches ends.
+		// rather than reconnect.
 		sess := warble.SessionFromContext(authCtx)
-		live, end := context.WithCancel(authCtx)
-		forbid := func() {
-			setCloseCode(ctx, closeForbidden)
-			end()
-		}
+		forbid := func() { endWebsocket(ctx, closeForbidden) }
 		if watcher != nil {
 			revoked, _ := watcher.WatchSession(authCtx, sess.TokenHash)
 			context.AfterFunc(revoked, func() {
@@ -134,8 +123,8 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) transport.We
 				}
 			})
 		}
-		endAtExpiry(live, auth, sess, forbid)
-		return live, nil, nil
+		endAtExpiry(authCtx, auth, sess, forbid)
+		return authCtx, nil
 	}
 }
 

@@ -1,6 +1,6 @@
 //go:build ignore
 
-// gen_rewrite rewrites two calls in generated.go, after gqlgen, from
+// gen_rewrite rewrites calls in generated.go, after gqlgen, from
 // go:generate in resolver.go:
 //
 //   - its list marshallers call marshalList (lists.go), which marshals a
@@ -11,14 +11,95 @@
 //     as is almost always so, instead of building it for every object;
 //   - its subscription fields marshal each event with
 //     sharedTimelineEvent (shared_events.go), once per distinct selection
-//     rather than once per subscriber.
+//     rather than once per subscriber;
+//   - its object marshallers make the field set and label map of a
+//     deferred group with deferredGroup (fields.go), only when a field is
+//     deferred, instead of two allocations per object of every response;
+//   - the contexts of its scalar fields are made by scalarFieldContext
+//     (fields.go) with a Child function made once per scalar type (the
+//     childless* variables it appends), where gqlgen makes an error and a
+//     closure for every field of every response that no one calls;
+//   - a non-null scalar field read straight from a domain struct's field
+//     (Post.body, User.username, PostEdge.cursor: most fields of most
+//     responses) is marshalled at once, without gqlgen's field context,
+//     panic handler, field middleware and two closures: eight
+//     allocations a field; strings, ids and times by plainString and
+//     plainTime (fields.go), which point at the field rather than hold a
+//     closure. Nothing in such a field can fail, panic or wait, and
+//     Warble's handler has no field middleware (see NewHandler,
+//     TestNoFieldMiddleware);
+//   - a non-null object field read from a domain struct's field (such as
+//     PostEdge.node), when the field holds an object, is marshalled in its
+//     field context without the rest of gqlgen's resolution (panic
+//     handler, middleware call, closures); a nil one still goes through
+//     gqlgen, which reports it;
+//   - an object marshaller with one field that gqlgen would run
+//     "concurrently" (a field with a resolver, such as Post.author) runs
+//     it in place: gqlgen's FieldSet.Dispatch runs a lone such field in
+//     place too, after a closure and a slice made to hold it;
+//   - its object marshallers return their fields through marshalFields
+//     (fields.go), which writes them without gqlgen's map, copies and
+//     iterator per object.
 package main
 
 import (
 	"bytes"
+	"fmt"
+	"go/format"
 	"log"
 	"os"
+	"regexp"
+	"slices"
 )
+
+// plainField matches gqlgen's resolution of a non-null scalar field that
+// is a domain struct's field: no resolver, no method, no directive, and a
+// marshaller that cannot fail. It captures the struct field and the
+// marshaller.
+var plainField = regexp.MustCompile(`return graphql\.ResolveField\(
+\t\tctx,
+\t\tec\.OperationContext,
+\t\tfield,
+\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{
+\t\t\treturn ec\.fieldContext_\w+\(ctx, field\)
+\t\t\},
+\t\tfunc\(ctx context\.Context\) \(any, error\) \{
+\t\t\treturn (obj\.\w+), nil
+\t\t\},
+\t\tnil,
+\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v [\w.]+\) graphql\.Marshaler \{
+\t\t\treturn ec\.(marshalN(?:String2string|ID2string|Boolean2bool|Int2int|Time2timeᚐTime))\(ctx, selections, v\)
+\t\t\},
+\t\ttrue,
+\t\ttrue,
+\t\)`)
+
+// objectField matches gqlgen's resolution of a non-null object field that
+// is a domain struct's field holding a pointer, such as PostEdge.node. It
+// captures the whole call, the field's context function, the struct field
+// and the marshaller.
+var objectField = regexp.MustCompile(`return (graphql\.ResolveField\(
+\t\tctx,
+\t\tec\.OperationContext,
+\t\tfield,
+\t\tfunc\(ctx context\.Context, field graphql\.CollectedField\) \(\*graphql\.FieldContext, error\) \{
+\t\t\treturn ec\.(fieldContext_\w+)\(ctx, field\)
+\t\t\},
+\t\tfunc\(ctx context\.Context\) \(any, error\) \{
+\t\t\treturn (obj\.\w+), nil
+\t\t\},
+\t\tnil,
+\t\tfunc\(ctx context\.Context, selections ast\.SelectionSet, v \*[\w.]+\) graphql\.Marshaler \{
+\t\t\treturn ec\.(marshalN\w+2ᚖ\S+)\(ctx, selections, v\)
+\t\t\},
+\t\ttrue,
+\t\ttrue,
+\t\))`)
+
+// scalarContext matches gqlgen's context of a scalar field; its last
+// argument, the error of the Child that a scalar field cannot have, names
+// the type.
+var scalarContext = regexp.MustCompile(`graphql\.NewScalarFieldContext\(("\w+", field, (?:true|false), (?:true|false)), errors\.New\("field of type (\w+) does not have child fields"\)\)`)
 
 func main() {
 	const file = "generated.go"
@@ -34,13 +115,83 @@ func main() {
 		// stream marshallers name the selection "selections".
 		{"return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)",
 			"return ec.sharedTimelineEvent(ctx, selections, v)"},
+		// Every object marshaller has its fields in fields, and ends
+		// returning their values in out.
+		{"deferredFieldSet := graphql.NewFieldSet(nil)\n\tdeferLabelToView := make(map[string]*graphql.FieldSetView)",
+			"deferredFieldSet, deferLabelToView := deferredGroup(fields)"},
+		{"\n\treturn out\n}\n", "\n\treturn marshalFields(fields, out)\n}\n"},
 	} {
 		if !bytes.Contains(src, []byte(r.from)) {
 			log.Fatalf("%s: no %q to rewrite: has gqlgen changed?", file, r.from)
 		}
 		src = bytes.ReplaceAll(src, []byte(r.from), []byte(r.to))
 	}
+	if !plainField.Match(src) {
+		log.Fatalf("%s: no plain field to rewrite: has gqlgen changed?", file)
+	}
+	src = plainField.ReplaceAllFunc(src, func(m []byte) []byte {
+		sub := plainField.FindSubmatch(m)
+		switch string(sub[2]) {
+		case "marshalNString2string", "marshalNID2string":
+			return []byte("return plainString{&" + string(sub[1]) + "}")
+		case "marshalNTime2timeᚐTime":
+			return []byte("return plainTime{&" + string(sub[1]) + "}")
+		}
+		return []byte("return ec." + string(sub[2]) + "(ctx, field.Selections, " + string(sub[1]) + ")")
+	})
+	if !objectField.Match(src) {
+		log.Fatalf("%s: no object field to rewrite: has gqlgen changed?", file)
+	}
+	src = objectField.ReplaceAll(src, []byte(`if v := $3; v != nil {
+		fc, _ := ec.$2(ctx, field)
+		fc.Result = v
+		return ec.$4(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
+	return $1`))
+	src = loneConcurrentFieldsInline(src)
+	var scalars []string
+	for _, m := range scalarContext.FindAllSubmatch(src, -1) {
+		if t := string(m[2]); !slices.Contains(scalars, t) {
+			scalars = append(scalars, t)
+		}
+	}
+	if len(scalars) == 0 {
+		log.Fatalf("%s: no graphql.NewScalarFieldContext to rewrite: has gqlgen changed?", file)
+	}
+	src = scalarContext.ReplaceAll(src, []byte("scalarFieldContext($1, childless$2)"))
+	slices.Sort(scalars)
+	var vars bytes.Buffer
+	vars.WriteString("\n// The Child functions of scalar fields, one per type (gen_rewrite.go).\nvar (\n")
+	for _, t := range scalars {
+		fmt.Fprintf(&vars, "\tchildless%s = childless(%q)\n", t, t)
+	}
+	vars.WriteString(")\n")
+	src = append(src, vars.Bytes()...)
+	if src, err = format.Source(src); err != nil {
+		log.Fatalf("%s after rewriting: %v", file, err)
+	}
 	if err := os.WriteFile(file, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// concurrentField is how gqlgen's object marshallers queue a field that
+// has a resolver, to run when the object's field set is dispatched.
+const concurrentField = "out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })"
+
+// loneConcurrentFieldsInline rewrites, in each function of src that queues
+// exactly one field, the queueing into running it at once.
+func loneConcurrentFieldsInline(src []byte) []byte {
+	funcs := bytes.SplitAfter(src, []byte("\n}\n"))
+	n := 0
+	for i, f := range funcs {
+		if bytes.Count(f, []byte(concurrentField)) == 1 {
+			funcs[i] = bytes.Replace(f, []byte(concurrentField), []byte("out.Values[i] = innerFunc(ctx, out)"), 1)
+			n++
+		}
+	}
+	if n == 0 {
+		log.Fatalf("no object marshaller with one %q: has gqlgen changed?", concurrentField)
+	}
+	return bytes.Join(funcs, nil)
 }

@@ -1793,29 +1793,18 @@ func (ec *executionContext) field___Type_fields_args(ctx context.Context, rawArg
 // region    **************************** field.gotpl *****************************
 
 func (ec *executionContext) _AuthPayload_token(ctx context.Context, field graphql.CollectedField, obj *warble.AuthPayload) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_AuthPayload_token(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Token, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Token}
 }
 func (ec *executionContext) fieldContext_AuthPayload_token(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AuthPayload", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("AuthPayload", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _AuthPayload_user(ctx context.Context, field graphql.CollectedField, obj *warble.AuthPayload) (ret graphql.Marshaler) {
+	if v := obj.User; v != nil {
+		fc, _ := ec.fieldContext_AuthPayload_user(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1848,6 +1837,11 @@ func (ec *executionContext) fieldContext_AuthPayload_user(_ context.Context, fie
 }
 
 func (ec *executionContext) _CreatePostPayload_post(ctx context.Context, field graphql.CollectedField, obj *warble.CreatePostPayload) (ret graphql.Marshaler) {
+	if v := obj.Post; v != nil {
+		fc, _ := ec.fieldContext_CreatePostPayload_post(ctx, field)
+		fc.Result = v
+		return ec.marshalNPost2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPost(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1880,29 +1874,18 @@ func (ec *executionContext) fieldContext_CreatePostPayload_post(_ context.Contex
 }
 
 func (ec *executionContext) _DeletePostPayload_postId(ctx context.Context, field graphql.CollectedField, obj *warble.DeletePostPayload) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_DeletePostPayload_postId(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.PostID, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNID2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.PostID}
 }
 func (ec *executionContext) fieldContext_DeletePostPayload_postId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("DeletePostPayload", field, false, false, errors.New("field of type ID does not have child fields"))
+	return scalarFieldContext("DeletePostPayload", field, false, false, childlessID)
 }
 
 func (ec *executionContext) _FollowPayload_user(ctx context.Context, field graphql.CollectedField, obj *warble.FollowPayload) (ret graphql.Marshaler) {
+	if v := obj.User; v != nil {
+		fc, _ := ec.fieldContext_FollowPayload_user(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -1935,6 +1918,11 @@ func (ec *executionContext) fieldContext_FollowPayload_user(_ context.Context, f
 }
 
 func (ec *executionContext) _FollowPayload_viewer(ctx context.Context, field graphql.CollectedField, obj *warble.FollowPayload) (ret graphql.Marshaler) {
+	if v := obj.Viewer; v != nil {
+		fc, _ := ec.fieldContext_FollowPayload_viewer(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2074,7 +2062,7 @@ func (ec *executionContext) _Mutation_logout(ctx context.Context, field graphql.
 	)
 }
 func (ec *executionContext) fieldContext_Mutation_logout(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Mutation", field, true, true, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("Mutation", field, true, true, childlessBoolean)
 }
 
 func (ec *executionContext) _Mutation_logoutEverywhere(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -2097,7 +2085,7 @@ func (ec *executionContext) _Mutation_logoutEverywhere(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_Mutation_logoutEverywhere(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Mutation", field, true, true, errors.New("field of type Int does not have child fields"))
+	return scalarFieldContext("Mutation", field, true, true, childlessInt)
 }
 
 func (ec *executionContext) _Mutation_createPost(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -2277,26 +2265,10 @@ func (ec *executionContext) fieldContext_Mutation_unfollow(ctx context.Context, 
 }
 
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *warble.PageInfo) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_PageInfo_hasNextPage(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.HasNextPage, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
-			return ec.marshalNBoolean2bool(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return ec.marshalNBoolean2bool(ctx, field.Selections, obj.HasNextPage)
 }
 func (ec *executionContext) fieldContext_PageInfo_hasNextPage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("PageInfo", field, false, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("PageInfo", field, false, false, childlessBoolean)
 }
 
 func (ec *executionContext) _PageInfo_endCursor(ctx context.Context, field graphql.CollectedField, obj *warble.PageInfo) (ret graphql.Marshaler) {
@@ -2319,30 +2291,14 @@ func (ec *executionContext) _PageInfo_endCursor(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_PageInfo_endCursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("PageInfo", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("PageInfo", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _Post_id(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Post_id(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.ID, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNID2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.ID}
 }
 func (ec *executionContext) fieldContext_Post_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type ID does not have child fields"))
+	return scalarFieldContext("Post", field, false, false, childlessID)
 }
 
 func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
@@ -2378,75 +2334,32 @@ func (ec *executionContext) fieldContext_Post_author(_ context.Context, field gr
 }
 
 func (ec *executionContext) _Post_body(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Post_body(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Body, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Body}
 }
 func (ec *executionContext) fieldContext_Post_body(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("Post", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _Post_createdAt(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Post_createdAt(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.CreatedAt, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainTime{&obj.CreatedAt}
 }
 func (ec *executionContext) fieldContext_Post_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Post", field, false, false, errors.New("field of type Time does not have child fields"))
+	return scalarFieldContext("Post", field, false, false, childlessTime)
 }
 
 func (ec *executionContext) _PostEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.PostEdge) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_PostEdge_cursor(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Cursor, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_PostEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("PostEdge", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("PostEdge", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _PostEdge_node(ctx context.Context, field graphql.CollectedField, obj *warble.PostEdge) (ret graphql.Marshaler) {
+	if v := obj.Node; v != nil {
+		fc, _ := ec.fieldContext_PostEdge_node(ctx, field)
+		fc.Result = v
+		return ec.marshalNPost2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐPost(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3022,30 +2935,14 @@ func (ec *executionContext) _TimelineEvent_kind(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_TimelineEvent_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("TimelineEvent", field, false, false, errors.New("field of type TimelineEventKind does not have child fields"))
+	return scalarFieldContext("TimelineEvent", field, false, false, childlessTimelineEventKind)
 }
 
 func (ec *executionContext) _TimelineEvent_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.TimelineEvent) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_TimelineEvent_cursor(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Cursor, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_TimelineEvent_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("TimelineEvent", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("TimelineEvent", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _TimelineEvent_postId(ctx context.Context, field graphql.CollectedField, obj *warble.TimelineEvent) (ret graphql.Marshaler) {
@@ -3068,7 +2965,7 @@ func (ec *executionContext) _TimelineEvent_postId(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext_TimelineEvent_postId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("TimelineEvent", field, false, false, errors.New("field of type ID does not have child fields"))
+	return scalarFieldContext("TimelineEvent", field, false, false, childlessID)
 }
 
 func (ec *executionContext) _TimelineEvent_post(ctx context.Context, field graphql.CollectedField, obj *warble.TimelineEvent) (ret graphql.Marshaler) {
@@ -3104,95 +3001,31 @@ func (ec *executionContext) fieldContext_TimelineEvent_post(_ context.Context, f
 }
 
 func (ec *executionContext) _User_id(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_User_id(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.ID, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNID2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.ID}
 }
 func (ec *executionContext) fieldContext_User_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type ID does not have child fields"))
+	return scalarFieldContext("User", field, false, false, childlessID)
 }
 
 func (ec *executionContext) _User_username(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_User_username(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Username, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Username}
 }
 func (ec *executionContext) fieldContext_User_username(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("User", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _User_displayName(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_User_displayName(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.DisplayName, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.DisplayName}
 }
 func (ec *executionContext) fieldContext_User_displayName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("User", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _User_createdAt(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_User_createdAt(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.CreatedAt, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
-			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainTime{&obj.CreatedAt}
 }
 func (ec *executionContext) fieldContext_User_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, false, false, errors.New("field of type Time does not have child fields"))
+	return scalarFieldContext("User", field, false, false, childlessTime)
 }
 
 func (ec *executionContext) _User_followersCount(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3215,7 +3048,7 @@ func (ec *executionContext) _User_followersCount(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_User_followersCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
+	return scalarFieldContext("User", field, true, true, childlessInt)
 }
 
 func (ec *executionContext) _User_followingCount(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3238,7 +3071,7 @@ func (ec *executionContext) _User_followingCount(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_User_followingCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
+	return scalarFieldContext("User", field, true, true, childlessInt)
 }
 
 func (ec *executionContext) _User_postsCount(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3261,7 +3094,7 @@ func (ec *executionContext) _User_postsCount(ctx context.Context, field graphql.
 	)
 }
 func (ec *executionContext) fieldContext_User_postsCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Int does not have child fields"))
+	return scalarFieldContext("User", field, true, true, childlessInt)
 }
 
 func (ec *executionContext) _User_posts(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3416,7 +3249,7 @@ func (ec *executionContext) _User_viewerIsFollowing(ctx context.Context, field g
 	)
 }
 func (ec *executionContext) fieldContext_User_viewerIsFollowing(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("User", field, true, true, childlessBoolean)
 }
 
 func (ec *executionContext) _User_followsViewer(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3439,7 +3272,7 @@ func (ec *executionContext) _User_followsViewer(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext_User_followsViewer(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("User", field, true, true, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("User", field, true, true, childlessBoolean)
 }
 
 func (ec *executionContext) _User_commonFollowers(ctx context.Context, field graphql.CollectedField, obj *warble.User) (ret graphql.Marshaler) {
@@ -3658,33 +3491,22 @@ func (ec *executionContext) _UserConnection_totalCount(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_UserConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("UserConnection", field, true, false, errors.New("field of type Int does not have child fields"))
+	return scalarFieldContext("UserConnection", field, true, false, childlessInt)
 }
 
 func (ec *executionContext) _UserEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *warble.UserEdge) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_UserEdge_cursor(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Cursor, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Cursor}
 }
 func (ec *executionContext) fieldContext_UserEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("UserEdge", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("UserEdge", field, false, false, childlessString)
 }
 
 func (ec *executionContext) _UserEdge_node(ctx context.Context, field graphql.CollectedField, obj *warble.UserEdge) (ret graphql.Marshaler) {
+	if v := obj.Node; v != nil {
+		fc, _ := ec.fieldContext_UserEdge_node(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3736,30 +3558,14 @@ func (ec *executionContext) _UserEdge_followedAt(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_UserEdge_followedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("UserEdge", field, false, false, errors.New("field of type Time does not have child fields"))
+	return scalarFieldContext("UserEdge", field, false, false, childlessTime)
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext___Directive_name(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___Directive_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Directive", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Directive", field, false, false, childlessString)
 }
 
 func (ec *executionContext) ___Directive_description(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -3782,30 +3588,14 @@ func (ec *executionContext) ___Directive_description(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext___Directive_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Directive", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Directive", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Directive_isRepeatable(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext___Directive_isRepeatable(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.IsRepeatable, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
-			return ec.marshalNBoolean2bool(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return ec.marshalNBoolean2bool(ctx, field.Selections, obj.IsRepeatable)
 }
 func (ec *executionContext) fieldContext___Directive_isRepeatable(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Directive", field, false, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("__Directive", field, false, false, childlessBoolean)
 }
 
 func (ec *executionContext) ___Directive_locations(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -3828,7 +3618,7 @@ func (ec *executionContext) ___Directive_locations(ctx context.Context, field gr
 	)
 }
 func (ec *executionContext) fieldContext___Directive_locations(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Directive", field, false, false, errors.New("field of type __DirectiveLocation does not have child fields"))
+	return scalarFieldContext("__Directive", field, false, false, childless__DirectiveLocation)
 }
 
 func (ec *executionContext) ___Directive_args(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -3875,26 +3665,10 @@ func (ec *executionContext) fieldContext___Directive_args(ctx context.Context, f
 }
 
 func (ec *executionContext) ___EnumValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext___EnumValue_name(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___EnumValue_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__EnumValue", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__EnumValue", field, false, false, childlessString)
 }
 
 func (ec *executionContext) ___EnumValue_description(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
@@ -3917,7 +3691,7 @@ func (ec *executionContext) ___EnumValue_description(ctx context.Context, field 
 	)
 }
 func (ec *executionContext) fieldContext___EnumValue_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__EnumValue", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__EnumValue", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___EnumValue_isDeprecated(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
@@ -3940,7 +3714,7 @@ func (ec *executionContext) ___EnumValue_isDeprecated(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext___EnumValue_isDeprecated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__EnumValue", field, true, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("__EnumValue", field, true, false, childlessBoolean)
 }
 
 func (ec *executionContext) ___EnumValue_deprecationReason(ctx context.Context, field graphql.CollectedField, obj *introspection.EnumValue) (ret graphql.Marshaler) {
@@ -3963,30 +3737,14 @@ func (ec *executionContext) ___EnumValue_deprecationReason(ctx context.Context, 
 	)
 }
 func (ec *executionContext) fieldContext___EnumValue_deprecationReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__EnumValue", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__EnumValue", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Field_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext___Field_name(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___Field_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Field", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Field", field, false, false, childlessString)
 }
 
 func (ec *executionContext) ___Field_description(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
@@ -4009,7 +3767,7 @@ func (ec *executionContext) ___Field_description(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext___Field_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Field", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Field", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Field_args(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
@@ -4056,6 +3814,11 @@ func (ec *executionContext) fieldContext___Field_args(ctx context.Context, field
 }
 
 func (ec *executionContext) ___Field_type(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
+	if v := obj.Type; v != nil {
+		fc, _ := ec.fieldContext___Field_type(ctx, field)
+		fc.Result = v
+		return ec.marshalN__Type2ᚖgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4107,7 +3870,7 @@ func (ec *executionContext) ___Field_isDeprecated(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext___Field_isDeprecated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Field", field, true, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("__Field", field, true, false, childlessBoolean)
 }
 
 func (ec *executionContext) ___Field_deprecationReason(ctx context.Context, field graphql.CollectedField, obj *introspection.Field) (ret graphql.Marshaler) {
@@ -4130,30 +3893,14 @@ func (ec *executionContext) ___Field_deprecationReason(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext___Field_deprecationReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Field", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Field", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___InputValue_name(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext___InputValue_name(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Name, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
+	return plainString{&obj.Name}
 }
 func (ec *executionContext) fieldContext___InputValue_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__InputValue", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__InputValue", field, false, false, childlessString)
 }
 
 func (ec *executionContext) ___InputValue_description(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
@@ -4176,10 +3923,15 @@ func (ec *executionContext) ___InputValue_description(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext___InputValue_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__InputValue", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__InputValue", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___InputValue_type(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
+	if v := obj.Type; v != nil {
+		fc, _ := ec.fieldContext___InputValue_type(ctx, field)
+		fc.Result = v
+		return ec.marshalN__Type2ᚖgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐType(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4231,7 +3983,7 @@ func (ec *executionContext) ___InputValue_defaultValue(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext___InputValue_defaultValue(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__InputValue", field, false, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__InputValue", field, false, false, childlessString)
 }
 
 func (ec *executionContext) ___InputValue_isDeprecated(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
@@ -4254,7 +4006,7 @@ func (ec *executionContext) ___InputValue_isDeprecated(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext___InputValue_isDeprecated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__InputValue", field, true, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("__InputValue", field, true, false, childlessBoolean)
 }
 
 func (ec *executionContext) ___InputValue_deprecationReason(ctx context.Context, field graphql.CollectedField, obj *introspection.InputValue) (ret graphql.Marshaler) {
@@ -4277,7 +4029,7 @@ func (ec *executionContext) ___InputValue_deprecationReason(ctx context.Context,
 	)
 }
 func (ec *executionContext) fieldContext___InputValue_deprecationReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__InputValue", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__InputValue", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Schema_description(ctx context.Context, field graphql.CollectedField, obj *introspection.Schema) (ret graphql.Marshaler) {
@@ -4300,7 +4052,7 @@ func (ec *executionContext) ___Schema_description(ctx context.Context, field gra
 	)
 }
 func (ec *executionContext) fieldContext___Schema_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Schema", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Schema", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Schema_types(ctx context.Context, field graphql.CollectedField, obj *introspection.Schema) (ret graphql.Marshaler) {
@@ -4483,7 +4235,7 @@ func (ec *executionContext) ___Type_kind(ctx context.Context, field graphql.Coll
 	)
 }
 func (ec *executionContext) fieldContext___Type_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Type", field, true, false, errors.New("field of type __TypeKind does not have child fields"))
+	return scalarFieldContext("__Type", field, true, false, childless__TypeKind)
 }
 
 func (ec *executionContext) ___Type_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Type) (ret graphql.Marshaler) {
@@ -4506,7 +4258,7 @@ func (ec *executionContext) ___Type_name(ctx context.Context, field graphql.Coll
 	)
 }
 func (ec *executionContext) fieldContext___Type_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Type", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Type", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Type_description(ctx context.Context, field graphql.CollectedField, obj *introspection.Type) (ret graphql.Marshaler) {
@@ -4529,7 +4281,7 @@ func (ec *executionContext) ___Type_description(ctx context.Context, field graph
 	)
 }
 func (ec *executionContext) fieldContext___Type_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Type", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Type", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Type_specifiedByURL(ctx context.Context, field graphql.CollectedField, obj *introspection.Type) (ret graphql.Marshaler) {
@@ -4552,7 +4304,7 @@ func (ec *executionContext) ___Type_specifiedByURL(ctx context.Context, field gr
 	)
 }
 func (ec *executionContext) fieldContext___Type_specifiedByURL(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Type", field, true, false, errors.New("field of type String does not have child fields"))
+	return scalarFieldContext("__Type", field, true, false, childlessString)
 }
 
 func (ec *executionContext) ___Type_fields(ctx context.Context, field graphql.CollectedField, obj *introspection.Type) (ret graphql.Marshaler) {
@@ -4791,7 +4543,7 @@ func (ec *executionContext) ___Type_isOneOf(ctx context.Context, field graphql.C
 	)
 }
 func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("__Type", field, true, false, errors.New("field of type Boolean does not have child fields"))
+	return scalarFieldContext("__Type", field, true, false, childlessBoolean)
 }
 
 // endregion **************************** field.gotpl *****************************
@@ -5006,8 +4758,7 @@ func (ec *executionContext) _AuthPayload(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, authPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5040,7 +4791,7 @@ func (ec *executionContext) _AuthPayload(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var createPostPayloadImplementors = []string{"CreatePostPayload"}
@@ -5049,8 +4800,7 @@ func (ec *executionContext) _CreatePostPayload(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, createPostPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5078,7 +4828,7 @@ func (ec *executionContext) _CreatePostPayload(ctx context.Context, sel ast.Sele
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var deletePostPayloadImplementors = []string{"DeletePostPayload"}
@@ -5087,8 +4837,7 @@ func (ec *executionContext) _DeletePostPayload(ctx context.Context, sel ast.Sele
 	fields := graphql.CollectFields(ec.OperationContext, sel, deletePostPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5116,7 +4865,7 @@ func (ec *executionContext) _DeletePostPayload(ctx context.Context, sel ast.Sele
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var followPayloadImplementors = []string{"FollowPayload"}
@@ -5125,8 +4874,7 @@ func (ec *executionContext) _FollowPayload(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, followPayloadImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5159,7 +4907,7 @@ func (ec *executionContext) _FollowPayload(ctx context.Context, sel ast.Selectio
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var mutationImplementors = []string{"Mutation"}
@@ -5171,8 +4919,7 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 	})
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		innerCtx := graphql.WithRootFieldContext(ctx, &graphql.RootFieldContext{
 			Object: field.Name,
@@ -5256,7 +5003,7 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var pageInfoImplementors = []string{"PageInfo"}
@@ -5265,8 +5012,7 @@ func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, pageInfoImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5299,7 +5045,7 @@ func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var postImplementors = []string{"Post", "Node"}
@@ -5308,8 +5054,7 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 	fields := graphql.CollectFields(ec.OperationContext, sel, postImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5356,7 +5101,7 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 				continue
 			}
 
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = innerFunc(ctx, out)
 		case "body":
 			out.Values[i] = ec._Post_body(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -5385,7 +5130,7 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var postEdgeImplementors = []string{"PostEdge"}
@@ -5394,8 +5139,7 @@ func (ec *executionContext) _PostEdge(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, postEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5428,7 +5172,7 @@ func (ec *executionContext) _PostEdge(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var queryImplementors = []string{"Query"}
@@ -5440,8 +5184,7 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 	})
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		innerCtx := graphql.WithRootFieldContext(ctx, &graphql.RootFieldContext{
 			Object: field.Name,
@@ -5615,7 +5358,7 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var subscriptionImplementors = []string{"Subscription"}
@@ -5648,8 +5391,7 @@ func (ec *executionContext) _Timeline(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, timelineImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5682,7 +5424,7 @@ func (ec *executionContext) _Timeline(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var timelineEventImplementors = []string{"TimelineEvent"}
@@ -5691,8 +5433,7 @@ func (ec *executionContext) _TimelineEvent(ctx context.Context, sel ast.Selectio
 	fields := graphql.CollectFields(ec.OperationContext, sel, timelineEventImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -5735,7 +5476,7 @@ func (ec *executionContext) _TimelineEvent(ctx context.Context, sel ast.Selectio
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var userImplementors = []string{"User", "Node"}
@@ -5744,8 +5485,7 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 	fields := graphql.CollectFields(ec.OperationContext, sel, userImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6206,7 +5946,7 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var userConnectionImplementors = []string{"UserConnection"}
@@ -6215,8 +5955,7 @@ func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.Selecti
 	fields := graphql.CollectFields(ec.OperationContext, sel, userConnectionImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6268,7 +6007,7 @@ func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.Selecti
 				continue
 			}
 
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = innerFunc(ctx, out)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -6287,7 +6026,7 @@ func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.Selecti
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var userEdgeImplementors = []string{"UserEdge"}
@@ -6296,8 +6035,7 @@ func (ec *executionContext) _UserEdge(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, userEdgeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6335,7 +6073,7 @@ func (ec *executionContext) _UserEdge(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __DirectiveImplementors = []string{"__Directive"}
@@ -6344,8 +6082,7 @@ func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, __DirectiveImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6393,7 +6130,7 @@ func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __EnumValueImplementors = []string{"__EnumValue"}
@@ -6402,8 +6139,7 @@ func (ec *executionContext) ___EnumValue(ctx context.Context, sel ast.SelectionS
 	fields := graphql.CollectFields(ec.OperationContext, sel, __EnumValueImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6446,7 +6182,7 @@ func (ec *executionContext) ___EnumValue(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __FieldImplementors = []string{"__Field"}
@@ -6455,8 +6191,7 @@ func (ec *executionContext) ___Field(ctx context.Context, sel ast.SelectionSet, 
 	fields := graphql.CollectFields(ec.OperationContext, sel, __FieldImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6509,7 +6244,7 @@ func (ec *executionContext) ___Field(ctx context.Context, sel ast.SelectionSet, 
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __InputValueImplementors = []string{"__InputValue"}
@@ -6518,8 +6253,7 @@ func (ec *executionContext) ___InputValue(ctx context.Context, sel ast.Selection
 	fields := graphql.CollectFields(ec.OperationContext, sel, __InputValueImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6572,7 +6306,7 @@ func (ec *executionContext) ___InputValue(ctx context.Context, sel ast.Selection
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __SchemaImplementors = []string{"__Schema"}
@@ -6581,8 +6315,7 @@ func (ec *executionContext) ___Schema(ctx context.Context, sel ast.SelectionSet,
 	fields := graphql.CollectFields(ec.OperationContext, sel, __SchemaImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6635,7 +6368,7 @@ func (ec *executionContext) ___Schema(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 var __TypeImplementors = []string{"__Type"}
@@ -6644,8 +6377,7 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 	fields := graphql.CollectFields(ec.OperationContext, sel, __TypeImplementors)
 
 	out := graphql.NewFieldSet(fields)
-	deferredFieldSet := graphql.NewFieldSet(nil)
-	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
@@ -6723,7 +6455,7 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 		Context:  ctx,
 	})
 
-	return out
+	return marshalFields(fields, out)
 }
 
 // endregion **************************** object.gotpl ****************************
@@ -7368,3 +7100,15 @@ func (ec *executionContext) marshalO__Type2ᚖgithubᚗcomᚋ99designsᚋgqlgen�
 }
 
 // endregion ***************************** type.gotpl *****************************
+
+// The Child functions of scalar fields, one per type (gen_rewrite.go).
+var (
+	childlessBoolean             = childless("Boolean")
+	childlessID                  = childless("ID")
+	childlessInt                 = childless("Int")
+	childlessString              = childless("String")
+	childlessTime                = childless("Time")
+	childlessTimelineEventKind   = childless("TimelineEventKind")
+	childless__DirectiveLocation = childless("__DirectiveLocation")
+	childless__TypeKind          = childless("__TypeKind")
+)

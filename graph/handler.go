@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -69,25 +70,21 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if keepAlive <= 0 {
 		keepAlive = 15 * time.Second
 	}
-	readLimit := int64(MaxWebsocketMessage)
-	ws := GorillaWebsocket{AllowedOrigins: cfg.AllowedOrigins, WriteTimeout: cfg.WriteTimeout, Allow: cfg.AllowWebsocket,
-		KeepAlive: NewKeepAlive(keepAlive)}
 	present := ErrorPresenter(cfg.Logger)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: cfg.Resolver, Complexity: complexity()}))
-	srv.AddTransport(transport.Websocket{
-		Implementation: ws,
-		InitFunc:       websocketInit(cfg.Resolver.Auth, cfg.Sessions),
-		InitTimeout:    10 * time.Second,
-		// Keep-alives and their read deadlines are ws.KeepAlive's: one
-		// goroutine for every connection instead of one for each.
-		PayloadReadLimit: &readLimit,
-		ErrorFunc: func(ctx context.Context, err error) {
+	srv.AddTransport(&Websocket{
+		AllowedOrigins: cfg.AllowedOrigins,
+		WriteTimeout:   cfg.WriteTimeout,
+		Allow:          cfg.AllowWebsocket,
+		Init:           websocketInit(cfg.Resolver.Auth, cfg.Sessions),
+		KeepAlive:      NewKeepAlive(keepAlive),
+		OnError: func(ctx context.Context, err error) {
 			cfg.Logger.DebugContext(ctx, "websocket error", "err", err)
 		},
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(getTransport{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(postTransport{})
 
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(MaxTokens)
@@ -95,18 +92,27 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	srv.SetDisableSuggestion(!cfg.Suggestions)
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(RecoverFunc(cfg.Logger))
+	// Extensions go through use, which refuses field middleware: the
+	// generated code serves plain fields without it (gen_rewrite.go). For
+	// the same reason there is no srv.AroundFields here.
+	use := func(ext graphql.HandlerExtension) {
+		if _, ok := ext.(graphql.FieldInterceptor); ok {
+			panic(fmt.Sprintf("graph: extension %s is field middleware, which plain fields would skip (see gen_rewrite.go)", ext.ExtensionName()))
+		}
+		srv.Use(ext)
+	}
 	if cfg.Introspection {
-		srv.Use(extension.Introspection{})
+		use(extension.Introspection{})
 	}
 	if cfg.PersistedQueries != nil {
 		// gqlgen's extension would store a query before it is parsed, so
 		// that anyone could park any text in Redis; it gets a cache that
 		// only reads, and queries are stored once they have passed
 		// validation and the limits.
-		srv.Use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
+		use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
 		srv.AroundOperations(storeValidatedQuery(cfg.PersistedQueries))
 	}
-	srv.Use(extension.FixedComplexityLimit(MaxComplexity))
+	use(extension.FixedComplexityLimit(MaxComplexity))
 	if cfg.Metrics != nil {
 		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
 	}
@@ -117,7 +123,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		loaderWait = DefaultLoaderWait
 	}
 	srv.AroundResponses(cfg.Resolver.withLoaders(loaderWait))
-	return ws.guard(requireJSON(srv))
+	return requireJSON(srv)
 }
 
 // readOnlyCache is a cache whose Add does nothing.

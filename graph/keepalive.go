@@ -6,36 +6,34 @@ import (
 )
 
 // KeepAlive keeps every websocket of a handler alive from one goroutine,
-// where gqlgen runs a goroutine and a ticker per connection: with ten
-// thousand sockets open, those were a fifth of the server's goroutines and
-// their stacks. Every interval it sends each connection its protocol's
+// not a goroutine and a ticker per connection (as gqlgen's transport had):
+// with ten thousand sockets open, those were a fifth of the server's
+// goroutines and their stacks. Every interval it sends each connection its protocol's
 // keep-alive: "ka" on graphql-ws, and on graphql-transport-ws a ping that
 // the client must answer. A graphql-transport-ws connection from which
 // nothing was read for two intervals in a row (no pong, nor anything else)
-// reaches its read deadline and is closed, as gqlgen's own pings do.
+// reaches its read deadline and is closed.
 //
 // The goroutine runs while connections are open, and ends with the last.
 type KeepAlive struct {
 	interval time.Duration
 
 	mu      sync.Mutex
-	conns   map[*gorillaConn]struct{}
+	conns   map[*wsConn]struct{}
 	running bool
 }
 
 // NewKeepAlive returns a KeepAlive that sends keep-alives every interval.
 func NewKeepAlive(interval time.Duration) *KeepAlive {
-	return &KeepAlive{interval: interval, conns: make(map[*gorillaConn]struct{})}
+	return &KeepAlive{interval: interval, conns: make(map[*wsConn]struct{})}
 }
 
-const (
-	protoTransportWS = "graphql-transport-ws"
-	pingMessage      = `{"type":"ping"}`
-	kaMessage        = `{"type":"ka"}`
-)
-
-func (k *KeepAlive) add(c *gorillaConn) {
-	if c.conn.Subprotocol() == protoTransportWS {
+// add keeps c alive from now on. It replaces c's read deadline for
+// connection_init: a graphql-ws client need not send anything.
+func (k *KeepAlive) add(c *wsConn) {
+	if c.legacy {
+		c.conn.SetReadDeadline(time.Time{})
+	} else {
 		c.conn.SetReadDeadline(time.Now().Add(2 * k.interval))
 	}
 	k.mu.Lock()
@@ -47,7 +45,7 @@ func (k *KeepAlive) add(c *gorillaConn) {
 	}
 }
 
-func (k *KeepAlive) remove(c *gorillaConn) {
+func (k *KeepAlive) remove(c *wsConn) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.conns, c)
@@ -56,7 +54,7 @@ func (k *KeepAlive) remove(c *gorillaConn) {
 func (k *KeepAlive) run() {
 	t := time.NewTicker(k.interval)
 	defer t.Stop()
-	var conns []*gorillaConn
+	var conns []*wsConn
 	for range t.C {
 		k.mu.Lock()
 		if len(k.conns) == 0 {
@@ -80,21 +78,21 @@ func (k *KeepAlive) run() {
 // client that does not read holds up only itself (for the write timeout,
 // after which its connection is closed). A keep-alive still being written
 // from the last interval is not doubled.
-func (c *gorillaConn) sendKeepAlive(interval time.Duration) {
+func (c *wsConn) sendKeepAlive(interval time.Duration) {
 	if !c.pinging.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer c.pinging.Store(false)
-		msg := kaMessage
-		if c.conn.Subprotocol() == protoTransportWS {
-			msg = pingMessage
+		typ := "ka"
+		if !c.legacy {
+			typ = "ping"
 			// Heard since the last ping (its pong, say): the client
 			// has two more intervals to answer this one.
 			if c.heard.Swap(false) {
 				c.conn.SetReadDeadline(time.Now().Add(2 * interval))
 			}
 		}
-		c.writeRaw([]byte(msg))
+		c.writeMessage(typ, "", nil)
 	}()
 }

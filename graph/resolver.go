@@ -1,5 +1,5 @@
 // Package graph is Warble's GraphQL transport: thin resolvers over the
-// domain services, the error presenter, and the websocket adapter.
+// domain services, the error presenter, and the websocket transport.
 package graph
 
 //go:generate go tool gqlgen generate

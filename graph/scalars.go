@@ -2,8 +2,6 @@ package graph
 
 import (
 	"fmt"
-	"io"
-	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -13,11 +11,10 @@ import (
 // time Warble sends has the same shape: 2026-11-22T07:03:01.120Z.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// MarshalTime writes the Time scalar: RFC 3339 in UTC, millisecond precision.
+// MarshalTime writes the Time scalar: RFC 3339 in UTC, millisecond precision
+// (see plainTime).
 func MarshalTime(t time.Time) graphql.Marshaler {
-	return graphql.WriterFunc(func(w io.Writer) {
-		io.WriteString(w, strconv.Quote(t.UTC().Format(timeLayout)))
-	})
+	return plainTime{&t}
 }
 
 // UnmarshalTime reads the Time scalar from any RFC 3339 string.

@@ -3,13 +3,11 @@ package graph
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -21,103 +19,144 @@ import (
 	"github.com/warble/warble/internal/warble"
 )
 
-// GorillaWebsocket is gqlgen's websocket transport implemented with
-// gorilla/websocket. It checks the Origin of browsers against the same
-// allow-list as CORS, and bounds how long a write may take.
-type GorillaWebsocket struct {
+// Websocket is Warble's websocket transport for gqlgen's handler, speaking
+// graphql-transport-ws and the legacy graphql-ws. Operations go through
+// gqlgen's executor, so that validation, the limits, persisted queries,
+// operation middleware and the error presenter apply as over HTTP.
+//
+// It exists for memory. gqlgen's transport keeps, for every socket, the
+// net/http handler goroutine (its read loop runs inside ServeHTTP) with
+// net/http's 4 KB buffers, a goroutine that waits for the connection to
+// end, and a goroutine per subscription parked on its channel: 53 KB per
+// idle subscriber. Here Do returns once the connection is upgraded; a
+// socket has one goroutine, its reader, with a small read buffer, and
+// writes through buffers shared by all; and a subscription has none of its
+// own: the hub hands each event to it from the goroutine that delivers it
+// (see warble.EventReceiver), which writes it to the socket.
+type Websocket struct {
 	// AllowedOrigins are the origins, besides the server's own, whose pages
 	// may open websockets ("https://app.example"); "*" allows any.
 	AllowedOrigins []string
 	// WriteTimeout bounds each write, so that a stalled client cannot hold
-	// a goroutine forever. Zero means 10 seconds.
+	// a goroutine forever; the connection of a write that times out is
+	// closed. Zero means 10 seconds.
 	WriteTimeout time.Duration
+	// InitTimeout is how long a client has to send connection_init. Zero
+	// means 10 seconds.
+	InitTimeout time.Duration
 	// Allow, if set, is asked before each handshake is accepted, with the
 	// client's address; an ERATELIMITED error refuses it with 429.
 	Allow func(ctx context.Context, addr string) error
-	// KeepAlive, if set, sends the keep-alive messages of every connection
-	// and enforces their read deadlines, in place of gqlgen's goroutine per
-	// connection (see keepAlive).
+	// Init authenticates a connection from its connection_init payload
+	// (see websocketInit); nil accepts every connection as anonymous.
+	Init func(ctx context.Context, payload map[string]any) (context.Context, error)
+	// KeepAlive sends the keep-alive messages of every connection and
+	// enforces their read deadlines.
 	KeepAlive *KeepAlive
+	// OnError, if set, hears of read and write errors, for a debug log.
+	OnError func(ctx context.Context, err error)
 }
 
-var _ transport.WebsocketImplementation = GorillaWebsocket{}
+var _ graphql.Transport = (*Websocket)(nil)
 
-// Accept implements transport.WebsocketImplementation.
-func (g GorillaWebsocket) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
+// Subprotocols, and the close codes of graphql-transport-ws, which the
+// legacy protocol shares here (it defines none of its own).
+const (
+	protoTransportWS = "graphql-transport-ws"
+	protoLegacyWS    = "graphql-ws"
+
+	closeBadMessage    = 4400 // a message that is not JSON, or of an unknown type
+	closeUnauthorized  = 4401 // an operation before connection_ack
+	closeForbidden     = 4403 // a bad, revoked or expired session
+	closeInitTimeout   = 4408 // no connection_init in time
+	closeDuplicateID   = 4409 // an operation id already running
+	closeTooManyInits  = 4429 // a second connection_init
+	closeTryAgainLater = 1013 // the server cannot serve the connection now, but may soon
+)
+
+// wsReadBuffer is the read buffer of a connection. Clients send little:
+// connection_init, operations and pongs; a longer message is read through
+// it in parts. gorilla/websocket needs at least a control frame's 125
+// bytes.
+const wsReadBuffer = 256
+
+// wsWriteBuffers are the write buffers of every connection: one is taken
+// for each message written and put back after, so that an idle socket
+// holds none.
+var wsWriteBuffers = &sync.Pool{}
+
+// Supports implements graphql.Transport: it takes every upgrade request,
+// refusing those it cannot serve with a JSON error.
+func (t *Websocket) Supports(r *http.Request) bool {
+	return r.Header.Get("Upgrade") != ""
+}
+
+// Do implements graphql.Transport. It refuses a handshake that is not a
+// websocket's, from an origin not allowed, or over its rate limit, with one
+// GraphQL error in JSON; otherwise it upgrades the connection, starts its
+// reader and returns.
+func (t *Websocket) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	switch {
+	case !websocket.IsWebSocketUpgrade(r) || r.Method != http.MethodGet:
+		sendCoded(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.", CodeBadUserInput)
+		return
+	case !t.checkOrigin(r):
+		sendCoded(w, http.StatusForbidden, "Websockets from this origin are not allowed.", CodeForbidden)
+		return
+	}
+	if err := t.allow(r); err != nil {
+		var werr *warble.Error
+		errors.As(err, &werr)
+		retry := int(werr.RetryAfter / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+		w.Header().Set("Content-Type", "application/json")
+		transport.SendError(w, http.StatusTooManyRequests, &gqlerror.Error{
+			Message:    werr.Message,
+			Extensions: map[string]any{"code": CodeRateLimited, "retryAfter": retry},
+		})
+		return
+	}
 	upgrader := websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
-		// No buffers of its own: the connection reads and writes through
-		// the 4 KB buffers net/http already holds for it (its handler
-		// goroutine lives as long as the socket, so they cannot be freed),
-		// instead of a second pair.
-		Subprotocols: opts.Subprotocols,
-		CheckOrigin:  g.checkOrigin,
+		ReadBufferSize:   wsReadBuffer,
+		WriteBufferPool:  wsWriteBuffers,
+		Subprotocols:     []string{protoTransportWS, protoLegacyWS},
+		CheckOrigin:      t.checkOrigin,
 	}
-	conn, err := upgrader.Upgrade(w, r, opts.ResponseHeader)
+	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
-		return nil, err // Upgrade has already answered the request
+		return // Upgrade has already answered the request
 	}
-	timeout := g.WriteTimeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	closeCode, _ := r.Context().Value(closeCodeKey{}).(*atomic.Int32)
-	c := &gorillaConn{conn: conn, writeTimeout: timeout, closeCode: closeCode, keepAlive: g.KeepAlive}
-	if c.keepAlive != nil {
-		c.keepAlive.add(c)
-	}
-	return c, nil
+	c := newWSConn(t, exec, conn, r)
+	go c.read()
 }
 
-// guard refuses websocket handshakes that Accept would refuse, with one
-// JSON error, before gqlgen sees them: when Accept fails, gqlgen writes an
-// error of its own after the upgrader's, and logs the refusal.
-func (g GorillaWebsocket) guard(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		// The refusals below are GraphQL errors in JSON.
-		switch {
-		case !websocket.IsWebSocketUpgrade(r) || r.Method != http.MethodGet:
-			sendCoded(w, http.StatusBadRequest, "Only websocket upgrades are accepted here.", CodeBadUserInput)
-		case !g.checkOrigin(r):
-			sendCoded(w, http.StatusForbidden, "Websockets from this origin are not allowed.", CodeForbidden)
-		default:
-			if err := g.allow(r); err != nil {
-				var werr *warble.Error
-				errors.As(err, &werr)
-				retry := int(werr.RetryAfter / time.Second)
-				w.Header().Set("Retry-After", strconv.Itoa(retry))
-				w.Header().Set("Content-Type", "application/json")
-				transport.SendError(w, http.StatusTooManyRequests, &gqlerror.Error{
-					Message:    werr.Message,
-					Extensions: map[string]any{"code": CodeRateLimited, "retryAfter": retry},
-				})
-				return
-			}
-			// A slot for a close code other than gqlgen's own, which
-			// Accept hands to the connection.
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), closeCodeKey{}, new(atomic.Int32))))
-		}
-	})
+// WithWebsocketLifetime returns a copy of ctx, the base context of an
+// http.Server, that bounds the websockets the server upgrades: when ctx
+// ends, they close. A request's own context cannot: net/http ends it when
+// the handler returns, which Websocket.Do does right after the upgrade.
+func WithWebsocketLifetime(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lifetimeKey{}, ctx)
 }
 
-// closeForbidden is the close code for a connection whose session is bad,
-// revoked or expired, as graphql-transport-ws uses it.
-const closeForbidden = 4403
+type lifetimeKey struct{}
 
-// closeTryAgainLater is the standard close code for a server that cannot
-// serve the connection now but may soon.
-const closeTryAgainLater = 1013
-
-type closeCodeKey struct{}
+// connKey holds the *wsConn of a websocket's context.
+type connKey struct{}
 
 // isWebsocket reports whether ctx belongs to a websocket connection.
 func isWebsocket(ctx context.Context) bool {
-	_, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32)
+	_, ok := ctx.Value(connKey{}).(*wsConn)
 	return ok
+}
+
+// endWebsocket closes the connection of ctx with code, ending its
+// operations.
+func endWebsocket(ctx context.Context, code int32) {
+	if c, ok := ctx.Value(connKey{}).(*wsConn); ok {
+		c.closeCode.Store(code)
+		c.cancel()
+	}
 }
 
 // subscriptionsOnWebsockets refuses subscriptions sent over plain HTTP.
@@ -134,22 +173,14 @@ func subscriptionsOnWebsockets(present graphql.ErrorPresenterFunc) graphql.Opera
 	}
 }
 
-// setCloseCode makes the connection of ctx close with code instead of the
-// normal closure gqlgen sends when a connection's context ends.
-func setCloseCode(ctx context.Context, code int32) {
-	if c, ok := ctx.Value(closeCodeKey{}).(*atomic.Int32); ok {
-		c.Store(code)
-	}
-}
-
-// allow asks g.Allow about r, and returns only a rate limit's refusal:
+// allow asks t.Allow about r, and returns only a rate limit's refusal:
 // when the limiter itself fails (Redis is unreachable), the connection is
 // let through, as a limiter must not become the outage.
-func (g GorillaWebsocket) allow(r *http.Request) error {
-	if g.Allow == nil {
+func (t *Websocket) allow(r *http.Request) error {
+	if t.Allow == nil {
 		return nil
 	}
-	err := g.Allow(r.Context(), warble.ClientAddressFromContext(r.Context()))
+	err := t.Allow(r.Context(), warble.ClientAddressFromContext(r.Context()))
 	if warble.ErrorCode(err) != warble.ERATELIMITED {
 		return nil
 	}
@@ -158,7 +189,7 @@ func (g GorillaWebsocket) allow(r *http.Request) error {
 
 // checkOrigin allows requests without an Origin (not from a browser), from
 // the server's own origin, and from the allow-list.
-func (g GorillaWebsocket) checkOrigin(r *http.Request) bool {
+func (t *Websocket) checkOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return true
@@ -167,7 +198,7 @@ func (g GorillaWebsocket) checkOrigin(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	return strings.EqualFold(u.Host, r.Host) || OriginAllowed(g.AllowedOrigins, origin)
+	return strings.EqualFold(u.Host, r.Host) || OriginAllowed(t.AllowedOrigins, origin)
 }
 
 // OriginAllowed reports whether origin is on the allow-list: equal to an
@@ -190,97 +221,16 @@ func OriginAllowed(allowed []string, origin string) bool {
 	return false
 }
 
-// gorillaConn adapts a *websocket.Conn to transport.WebsocketConn. gqlgen
-// serialises its own writes; wmu serialises them with the keep-alives.
-type gorillaConn struct {
-	conn         *websocket.Conn
-	writeTimeout time.Duration
-	closeCode    *atomic.Int32 // replaces a normal closure when set; may be nil
-
-	wmu       sync.Mutex
-	keepAlive *KeepAlive  // nil: gqlgen keeps the connection alive
-	heard     atomic.Bool // a message came since the last keep-alive
-	pinging   atomic.Bool // a keep-alive is being written
-	closed    atomic.Bool
+func (t *Websocket) writeTimeout() time.Duration {
+	if t.WriteTimeout <= 0 {
+		return 10 * time.Second
+	}
+	return t.WriteTimeout
 }
 
-var (
-	_ transport.WebsocketConn          = (*gorillaConn)(nil)
-	_ transport.WebsocketReadLimiter   = (*gorillaConn)(nil)
-	_ transport.WebsocketReadDeadliner = (*gorillaConn)(nil)
-)
-
-func (c *gorillaConn) NextReader() (int, io.Reader, error) {
-	typ, r, err := c.conn.NextReader()
-	if err == nil {
-		c.heard.Store(true)
+func (t *Websocket) initTimeout() time.Duration {
+	if t.InitTimeout <= 0 {
+		return 10 * time.Second
 	}
-	var closeErr *websocket.CloseError
-	if errors.As(err, &closeErr) && (closeErr.Code == websocket.CloseNormalClosure ||
-		closeErr.Code == websocket.CloseGoingAway || closeErr.Code == websocket.CloseNoStatusReceived) {
-		return typ, nil, transport.ErrWebsocketClosed
-	}
-	return typ, r, err
-}
-
-// WriteJSON writes one message within the write timeout. A failed write
-// closes the connection: gqlgen only reports write errors and goes on, and
-// after a timeout gorilla cannot write on that connection again, so without
-// this a stalled client would keep its subscriptions running for a socket
-// that can no longer carry them. The close makes gqlgen's read fail, which
-// ends the connection and its subscriptions; the client reconnects and
-// resumes with after:.
-func (c *gorillaConn) WriteJSON(v any) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	if err == nil {
-		err = c.conn.WriteJSON(v)
-	}
-	if err != nil {
-		c.Close()
-	}
-	return err
-}
-
-// writeRaw is WriteJSON for a message already encoded.
-func (c *gorillaConn) writeRaw(msg []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	err := c.conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
-	if err == nil {
-		err = c.conn.WriteMessage(websocket.TextMessage, msg)
-	}
-	if err != nil {
-		c.Close()
-	}
-	return err
-}
-
-func (c *gorillaConn) WriteClose(code int, message string) error {
-	if c.closeCode != nil && code == websocket.CloseNormalClosure {
-		if override := c.closeCode.Load(); override != 0 {
-			code, message = int(override), "Forbidden"
-		}
-	}
-	msg := websocket.FormatCloseMessage(code, message)
-	return c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.writeTimeout))
-}
-
-func (c *gorillaConn) Close() error {
-	if c.keepAlive != nil && !c.closed.Swap(true) {
-		c.keepAlive.remove(c)
-	}
-	return c.conn.Close()
-}
-
-func (c *gorillaConn) Subprotocol() string      { return c.conn.Subprotocol() }
-func (c *gorillaConn) SetReadLimit(limit int64) { c.conn.SetReadLimit(limit) }
-
-// SetReadDeadline sets the read deadline, unless KeepAlive owns it.
-func (c *gorillaConn) SetReadDeadline(t time.Time) error {
-	if c.keepAlive != nil {
-		return nil
-	}
-	return c.conn.SetReadDeadline(t)
+	return t.InitTimeout
 }

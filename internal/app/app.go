@@ -29,6 +29,10 @@ type App struct {
 	metrics *metrics.Metrics
 	handler http.Handler
 
+	// resolver is the handler's; a benchmark swaps a service in it for an
+	// in-memory one before the first request, to measure the stack alone.
+	resolver *graph.Resolver
+
 	stopWorkers func()
 }
 
@@ -93,7 +97,7 @@ func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
 		resolver.Follows = ratelimit.Follows{FollowService: resolver.Follows, Limiter: limiter, Limits: limits}
 		allowWebsocket = ratelimit.Websockets{Limiter: limiter, Limits: limits}.Allow
 	}
-	a := &App{cfg: cfg, log: log, db: db, hub: hub, metrics: m}
+	a := &App{cfg: cfg, log: log, db: db, hub: hub, metrics: m, resolver: resolver}
 	a.stopWorkers = startWorkers(cfg, db, cfg.FanoutWorkers)
 	gql := graph.NewHandler(graph.HandlerConfig{
 		Resolver:       resolver,

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // BenchmarkRequests compares, in one run, requests of a signed-in user
@@ -45,39 +48,130 @@ func BenchmarkRequests(b *testing.B) {
 	}{
 		{"typename", "", `{ __typename }`},
 		{"viewer", reader.Token, `{ viewer { id username } }`},
-		{"home", reader.Token, `{ homeTimeline(first: 20) { edges { cursor node { id body createdAt author { id username } } } pageInfo { hasNextPage endCursor } } }`},
+		{"home", reader.Token, homeQuery},
 		{"createPost", poster.Token, `mutation { createPost(input: {body: "a post to 20 followers"}) { post { id } } }`},
 	} {
-		body := mustJSON(map[string]any{"query": bench.query})
-		b.Run(bench.name, func(b *testing.B) {
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-			cpu0, redis0 := processCPU(), redisCPU(b, s)
-			b.SetParallelism(8) // 16 requests in flight on 2 CPUs, as the load tool sends
-			b.RunParallel(func(pb *testing.PB) {
-				var out bytes.Buffer
-				for pb.Next() {
-					req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					if bench.token != "" {
-						req.Header.Set("Authorization", "Bearer "+bench.token)
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					out.Reset()
-					io.Copy(&out, resp.Body)
-					resp.Body.Close()
-					// A request that failed is cheap and would flatter the figures.
-					if resp.StatusCode != http.StatusOK || bytes.Contains(out.Bytes(), []byte(`"errors"`)) {
-						b.Fatalf("status %d: %s", resp.StatusCode, out.Bytes())
-					}
-				}
-			})
-			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
-			b.ReportMetric(float64((redisCPU(b, s)-redis0).Microseconds())/float64(b.N), "redis-µs/op")
+		b.Run(bench.name, func(b *testing.B) { benchRequest(b, s, s.URL, bench.token, bench.query, 16) })
+	}
+}
+
+// homeQuery is the home page the issue measures: 20 posts with their
+// authors, and the page's end.
+const homeQuery = `{ homeTimeline(first: 20) { edges { cursor node { id body createdAt author { id username } } } pageInfo { hasNextPage endCursor } } }`
+
+// BenchmarkHomePage compares, in one run, the home page of 20 posts with the
+// same page served from memory through the same stack, and with
+// { __typename }, at 16 requests in flight and one at a time. Run with
+//
+//	go test -run '^$' -bench BenchmarkHomePage -benchmem -cpu 2 .
+//
+// The in-memory server is a measuring instrument, not a way to run Warble:
+// it is a second App on the same Redis, built by New like any other, whose
+// post service answers FindTimeline with one page read from Redis before
+// the benchmark (memoryTimeline). Everything else a request goes through
+// is the real thing: CORS, the body limit, the session read from Redis, the
+// GraphQL handler with its middleware, metrics and loaders, and the
+// response's marshalling. So home-memory is the ceiling of the page for
+// this stack, and home / home-memory what the read from Redis costs it.
+// The load tool (internal/loadtest) compares the page with go-redis
+// reading the same page directly.
+func BenchmarkHomePage(b *testing.B) {
+	s := newTestServer(b, func(c *Config) { c.RateLimitsOn = false })
+	reader := s.signup(b, "reader")
+	for i := range 5 {
+		author := s.signup(b, fmt.Sprintf("author%d", i))
+		s.follow(b, reader, author)
+		for j := range 5 {
+			s.post(b, author, fmt.Sprintf("post %d of %d", j, i))
+		}
+	}
+	eventually(b, "the posts reach the reader", func() bool { return len(s.home(b, reader, 20).Edges) == 20 })
+
+	mem := startTestServer(b, s.redis, testConfig(b, func(c *Config) { c.RateLimitsOn = false; c.FanoutWorkers = 0 }), nil)
+	userID, _, _ := strings.Cut(reader.Token, ".")
+	page, err := mem.app.resolver.Posts.FindTimeline(context.Background(), warble.HomeFeed(userID), warble.PageArgs{First: 20})
+	if err != nil || len(page.Edges) != 20 {
+		b.Fatalf("FindTimeline = %d posts, %v; want 20", len(page.Edges), err)
+	}
+	mem.app.resolver.Posts = memoryTimeline{PostService: mem.app.resolver.Posts, page: page}
+
+	for _, bench := range []struct {
+		name     string
+		url      string
+		token    string
+		query    string
+		inFlight int
+	}{
+		{"typename", s.URL, "", `{ __typename }`, 16},
+		{"home", s.URL, reader.Token, homeQuery, 16},
+		{"home-memory", mem.URL, reader.Token, homeQuery, 16},
+		{"typename-1", s.URL, "", `{ __typename }`, 1},
+		{"home-1", s.URL, reader.Token, homeQuery, 1},
+		{"home-memory-1", mem.URL, reader.Token, homeQuery, 1},
+	} {
+		b.Run(bench.name, func(b *testing.B) { benchRequest(b, s, bench.url, bench.token, bench.query, bench.inFlight) })
+	}
+}
+
+// memoryTimeline is a PostService whose FindTimeline answers every feed
+// with one page held in memory, for BenchmarkHomePage only. The page and
+// its posts are shared by every request, as nothing in a response changes
+// them.
+type memoryTimeline struct {
+	warble.PostService
+	page *warble.Timeline
+}
+
+func (m memoryTimeline) FindTimeline(context.Context, warble.Feed, warble.PageArgs) (*warble.Timeline, error) {
+	return m.page, nil
+}
+
+// benchRequest sends query with token to url b.N times, inFlight at a
+// time (16, as the load tool sends, or 1), and fails on any error in an
+// answer. Besides ns/op it reports the CPU time per request of this
+// process (Warble and the benchmark's HTTP client, cpu-µs/op) and of
+// s's Redis (redis-µs/op).
+func benchRequest(b *testing.B, s *testServer, url, token, query string, inFlight int) {
+	body := mustJSON(map[string]any{"query": query})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	do := func(out *bytes.Buffer) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/graphql", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out.Reset()
+		io.Copy(out, resp.Body)
+		resp.Body.Close()
+		// A request that failed is cheap and would flatter the figures.
+		if resp.StatusCode != http.StatusOK || bytes.Contains(out.Bytes(), []byte(`"errors"`)) {
+			b.Fatalf("status %d: %s", resp.StatusCode, out.Bytes())
+		}
+	}
+	var out bytes.Buffer
+	do(&out) // opens the connection, outside the timing
+	cpu0, redis0 := processCPU(), redisCPU(b, s)
+	b.ResetTimer()
+	if inFlight == 1 {
+		for b.Loop() {
+			do(&out)
+		}
+	} else {
+		b.SetParallelism(inFlight / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			var out bytes.Buffer
+			for pb.Next() {
+				do(&out)
+			}
 		})
 	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((redisCPU(b, s)-redis0).Microseconds())/float64(b.N), "redis-µs/op")
 }
 
 // processCPU returns the user and system CPU time of this process so far.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/warble/warble/graph"
 	"github.com/warble/warble/internal/redisdb"
 )
 
@@ -100,12 +101,13 @@ func checkListpack(ctx context.Context, cfg Config, db *redisdb.DB) {
 	db.CheckListpack(ctx, cfg.SetListpack)
 }
 
-// Serve answers requests on ln until ctx ends, then stops accepting, ends
-// websocket subscriptions (their contexts derive from BaseContext) and waits
-// for requests in flight.
+// Serve answers requests on ln until ctx ends, then stops accepting, closes
+// websockets (bound to BaseContext, see graph.WithWebsocketLifetime) and
+// waits for requests in flight.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	baseCtx = graph.WithWebsocketLifetime(baseCtx)
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -164,10 +166,11 @@ func (a *App) healthz(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, `{"status":"ok","redis":"up"}`+"\n")
 }
 
-// limitBody refuses request bodies over maxBodyBytes with 413. It reads
-// the body itself, so that one without a Content-Length (chunked) that runs
+// limitBody refuses request bodies over maxBodyBytes with 413. A body
+// without a Content-Length (chunked) it reads itself, so that one that runs
 // over is refused the same way rather than failing inside gqlgen, which
-// reads whole bodies anyway.
+// reads whole bodies anyway; one with a Content-Length is refused by it
+// alone and otherwise passed on as it is.
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tooLarge := func() {
@@ -177,6 +180,12 @@ func limitBody(next http.Handler) http.Handler {
 		}
 		if r.ContentLength > maxBodyBytes {
 			tooLarge()
+			return
+		}
+		if r.ContentLength >= 0 {
+			// net/http ends a body at its Content-Length, so this one
+			// cannot run over; gqlgen reads it once, with no copy first.
+			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))

@@ -64,9 +64,14 @@ return {1, ARGV[2]}
 
 // backfillScript copies a followee's posts into the follower's home timeline
 // and trims it to its cap, if the follower still follows the followee: a
-// concurrent unfollow may have come first, and then nothing is copied.
-// Posts older than a full timeline's oldest entry are skipped, so that a
-// repeated follow does not churn a full timeline.
+// concurrent unfollow may have come first, and then nothing is copied, and
+// the followee's posts are taken off the timeline instead, as the
+// unfollow's last step does. That step may have run before this follow
+// wrote the followers side, and fan-out, which believes the followers side
+// (see doc.go, "A racing unfollow"), may have delivered a post in between;
+// this follow's own write of the followers side, the last, comes before
+// this script. Posts older than a full timeline's oldest entry are skipped,
+// so that a repeated follow does not churn a full timeline.
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
@@ -74,15 +79,17 @@ return {1, ARGV[2]}
 // ARGV[2] -> home timeline cap
 // ARGV[3..] -> post seq, post id, post seq, post id, …
 //
-// Returns {added, newest}: how many posts were added (-1 if the followee is
-// no longer followed) and the newest seq in the home timeline (0 if empty).
-var backfillScript = redis.NewScript(addCappedLua + `
+// Returns {added, newest}: how many posts were added (or, if the followee
+// is no longer followed, -1 minus how many were taken off) and the newest
+// seq in the home timeline (0 if empty).
+var backfillScript = redis.NewScript(addCappedLua + unbackfillLua + `
 local function newest()
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	return top[2] or 0
 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-	return {-1, newest()}
+	local removed = removeAuthor(KEYS[1], ARGV[1])
+	return {-1 - removed, newest()}
 end
 local cap = tonumber(ARGV[2])
 local floor = nil
@@ -113,19 +120,27 @@ return {added, newest()}
 // ARGV[1] -> followee id
 //
 // Returns how many posts were removed, or -1 if the followee is followed.
-var unbackfillScript = redis.NewScript(`
+var unbackfillScript = redis.NewScript(unbackfillLua + `
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 	return -1
 end
-local prefix = ARGV[1] .. ':'
-local removed = 0
-for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-	if string.sub(id, 1, #prefix) == prefix then
-		removed = removed + redis.call('ZREM', KEYS[1], id)
-	end
-end
-return removed
+return removeAuthor(KEYS[1], ARGV[1])
 `)
+
+// unbackfillLua defines removeAuthor(home, author), which takes every post
+// of author off a home timeline and returns how many it took.
+const unbackfillLua = `
+local function removeAuthor(home, author)
+	local prefix = author .. ':'
+	local removed = 0
+	for _, id in ipairs(redis.call('ZRANGE', home, 0, -1)) do
+		if string.sub(id, 1, #prefix) == prefix then
+			removed = removed + redis.call('ZREM', home, id)
+		end
+	end
+	return removed
+end
+`
 
 // followPageScript reads a follow set newest first, after a keyset position
 // (followed-at, member). Equal scores are ordered by member bytes, as Redis
@@ -227,7 +242,9 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	if err != nil {
 		return err
 	}
-	if status == 1 || added > 0 {
+	// added < -1: an unfollow came last, and posts of the followee
+	// were taken off the timeline (see backfillScript).
+	if status == 1 || added > 0 || added < -1 {
 		s.publishResync(ctx, followerID, newest)
 	}
 	return s.db.awaitReplicas(ctx, append(written, followingKey(followerID))...)
@@ -321,8 +338,9 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 }
 
 // backfill copies the followee's newest posts, up to the home timeline cap,
-// into the follower's home timeline. It returns how many were added and the
-// newest seq the home timeline then holds. Those that are not in the
+// into the follower's home timeline. It returns how many were added (or,
+// when the followee is no longer followed, -1 minus how many posts of
+// theirs it took off) and the newest seq the home timeline then holds. Those that are not in the
 // followee's posts set (they moved to the archive) are read from the
 // archive, one query, when the set holds fewer than the cap and the
 // followee has posts archived.

@@ -196,7 +196,13 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 			return nil, err
 		}
 	}
+	// A receiver in ctx takes each event from the deliver goroutine (see
+	// warble.EventReceiver): the buffer of one holds the event it takes.
+	recv := warble.EventReceiverFromContext(ctx)
 	out := make(chan *warble.TimelineEvent)
+	if recv != nil {
+		out = make(chan *warble.TimelineEvent, 1)
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -205,6 +211,10 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
+	if recv != nil {
+		sub.recv = recv
+		recv.Attached()
+	}
 	sub.begin(ctx, replay, out)
 	return out, nil
 }

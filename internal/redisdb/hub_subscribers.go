@@ -14,7 +14,8 @@ import (
 // is something to deliver: an idle subscription costs no goroutine of its
 // own, which is most of them on a server with thousands of sockets.
 type subscriber struct {
-	ch *hubChannel
+	ch   *hubChannel
+	recv warble.EventReceiver // set before begin, when the subscriber takes its events (may be nil)
 
 	mu    sync.Mutex
 	queue []*hubEvent
@@ -220,10 +221,18 @@ func (s *subscriber) end() {
 // finish unregisters sub and closes its out. It runs once: by end, by
 // begin, or by the last deliver goroutine, whichever sees sub ended with
 // no goroutine left to deliver.
+//
+// A receiver hears of the close on a goroutine of its own: finish may run
+// inside SubscribeTimeline (the hub closed meanwhile) or in Hub.Close, for
+// every subscription in turn, where a receiver writing to a stalled client
+// must hold up neither.
 func (s *subscriber) finish() {
 	h := s.ch.hub
 	h.unregister(s)
 	close(s.out)
+	if s.recv != nil {
+		go s.recv.EventReady()
+	}
 	h.wg.Done()
 }
 
@@ -270,6 +279,11 @@ func (s *subscriber) deliver() {
 		}
 		select {
 		case s.out <- ev:
+			if s.recv != nil {
+				// The receiver takes ev from out, which makes room
+				// for the next.
+				s.recv.EventReady()
+			}
 		case <-s.ctx.Done():
 			s.end()
 		case <-h.done:

@@ -829,3 +829,84 @@ func TestHubLateAdd(t *testing.T) {
 		t.Fatalf("event = %s at %d, want POST_ADDED at 103", ev.Kind, eventSeq(t, ev))
 	}
 }
+
+// takingReceiver is a warble.EventReceiver that takes each event from the
+// subscription's channel in EventReady, as the websocket transport does,
+// and fails if it has to wait for one.
+type takingReceiver struct {
+	t        *testing.T
+	ready    chan struct{} // closed once events is set
+	events   <-chan *warble.TimelineEvent
+	attached bool
+
+	mu     sync.Mutex
+	got    []*warble.TimelineEvent
+	closed chan struct{} // closed when EventReady finds the channel closed
+}
+
+func (r *takingReceiver) Attached() { r.attached = true }
+
+func (r *takingReceiver) EventReady() {
+	<-r.ready // EventReady may come before SubscribeTimeline returns
+	select {
+	case ev, ok := <-r.events:
+		if !ok {
+			close(r.closed)
+			return
+		}
+		r.mu.Lock()
+		r.got = append(r.got, ev)
+		r.mu.Unlock()
+	default:
+		r.t.Error("EventReady with nothing waiting in the channel")
+	}
+}
+
+func (r *takingReceiver) taken() []*warble.TimelineEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// TestHubHandsEventsToReceiver subscribes with an EventReceiver in the
+// context: its EventReady finds each event already in the channel, replay
+// first and in order, and finds the channel closed when the subscription
+// ends.
+func TestHubHandsEventsToReceiver(t *testing.T) {
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	var posts []*warble.Post
+	for i := range 3 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, "before "+strconv.Itoa(i)))
+	}
+	r := &takingReceiver{t: t, ready: make(chan struct{}), closed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(warble.NewContextWithEventReceiver(context.Background(), r))
+	defer cancel()
+	after := warble.PostCursor(posts[0].Seq)
+	events, err := h.SubscribeTimeline(ctx, warble.GlobalFeed(), &after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.attached {
+		t.Fatal("SubscribeTimeline returned without calling Attached")
+	}
+	if cap(events) != 1 {
+		t.Fatalf("channel capacity = %d, want 1", cap(events))
+	}
+	r.events = events
+	close(r.ready)
+	for i := range 5 {
+		posts = append(posts, mustCreatePost(t, db, ada.ID, "live "+strconv.Itoa(i)))
+	}
+	waitFor(t, "every event is taken", func() bool { return len(r.taken()) == len(posts)-1 })
+	for i, ev := range r.taken() {
+		wantAdded(t, ev, posts[i+1])
+	}
+	cancel()
+	select {
+	case <-r.closed:
+	case <-time.After(eventWait):
+		t.Fatal("no EventReady for the closed channel after the context ended")
+	}
+}

@@ -79,15 +79,16 @@ func runScript(ctx context.Context, c redis.UniversalClient, script *redis.Scrip
 // channel, in the two forms of Redis pub/sub: classic PUBLISH, and the
 // sharded SPUBLISH of Redis 7 that a cluster needs (see DB.sharded). Its
 // source is written with PUBLISH; the sharded form is the same source with
-// SPUBLISH. A channel it publishes on carries the hash tag of the keys it
-// writes (see keys.go), which SPUBLISH in a script requires on a cluster.
+// SPUBLISH (and PUBSUB SHARDNUMSUB for NUMSUB, which counts the
+// subscribers of that form). A channel it publishes on carries the hash tag
+// of the keys it writes (see keys.go), which SPUBLISH in a script requires
+// on a cluster.
 type pubScript struct{ classic, sharded *redis.Script }
 
 func newPubScript(src string) pubScript {
-	return pubScript{
-		classic: redis.NewScript(src),
-		sharded: redis.NewScript(strings.ReplaceAll(src, "redis.call('PUBLISH',", "redis.call('SPUBLISH',")),
-	}
+	sharded := strings.NewReplacer("redis.call('PUBLISH',", "redis.call('SPUBLISH',",
+		"redis.call('PUBSUB', 'NUMSUB',", "redis.call('PUBSUB', 'SHARDNUMSUB',").Replace(src)
+	return pubScript{classic: redis.NewScript(src), sharded: redis.NewScript(sharded)}
 }
 
 // pub returns the form of s that db's Redis takes.

@@ -7,6 +7,7 @@ type contextKey int
 const (
 	userContextKey contextKey = iota + 1
 	sessionContextKey
+	eventReceiverContextKey
 )
 
 // NewContextWithUser returns a copy of ctx that carries the signed-in user.

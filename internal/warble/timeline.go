@@ -178,5 +178,36 @@ type LiveService interface {
 	// duplicate; if after is older than the feed still holds, it starts
 	// with a RESYNC instead. A subscriber that falls behind loses events
 	// and receives a RESYNC.
+	// A subscriber whose ctx carries an EventReceiver (see
+	// NewContextWithEventReceiver) is handed each event instead of waiting
+	// for it.
 	SubscribeTimeline(ctx context.Context, feed Feed, after *string) (<-chan *TimelineEvent, error)
+}
+
+// EventReceiver takes the events of a subscription from the goroutine that
+// delivers them, so that the subscriber needs no goroutine of its own
+// parked on the channel while the timeline is quiet: with thousands of
+// idle websockets, those goroutines and their stacks were most of the
+// server's memory. A LiveService that accepts it calls Attached before
+// SubscribeTimeline returns, gives the channel a buffer of one, and after
+// each event it sends, and once after it closes the channel, calls
+// EventReady: the event (or the close) is then waiting in the channel, so
+// that EventReady can receive it without blocking. Calls are made one at a
+// time and in order; the next event is not sent before EventReady returns.
+// EventReady may come before SubscribeTimeline returns.
+type EventReceiver interface {
+	Attached()
+	EventReady()
+}
+
+// NewContextWithEventReceiver returns a copy of ctx whose subscription, if
+// any, hands its events to r.
+func NewContextWithEventReceiver(ctx context.Context, r EventReceiver) context.Context {
+	return context.WithValue(ctx, eventReceiverContextKey, r)
+}
+
+// EventReceiverFromContext returns the EventReceiver of ctx, or nil.
+func EventReceiverFromContext(ctx context.Context) EventReceiver {
+	r, _ := ctx.Value(eventReceiverContextKey).(EventReceiver)
+	return r
 }

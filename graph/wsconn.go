@@ -1,0 +1,627 @@
+package graph
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
+	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// wsConn is one websocket connection. Its reader goroutine reads the
+// client's messages and has each handled in turn (see read); writes come
+// from those handlers, from the goroutines of operations starting, from the
+// hub's deliver goroutines and from keep-alives, one at a time (wmu).
+type wsConn struct {
+	t         *Websocket
+	exec      graphql.GraphExecutor
+	conn      *websocket.Conn
+	legacy    bool // graphql-ws, not graphql-transport-ws
+	closeCode atomic.Int32
+
+	// base is the connection's context, and ctx the signed-in one, set
+	// when connection_init is acked, before any operation starts. cancel
+	// ends both, and every operation's.
+	base     context.Context
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopLife func() bool
+
+	wmu sync.Mutex // held while a message is written
+
+	mu     sync.Mutex
+	ops    []*wsOperation // running; few, so a slice, smaller than a map
+	closed bool
+
+	// Keep-alive state, see KeepAlive.
+	heard   atomic.Bool // a message came since the last keep-alive
+	pinging atomic.Bool // a keep-alive is being written
+}
+
+func newWSConn(t *Websocket, exec graphql.GraphExecutor, conn *websocket.Conn, r *http.Request) *wsConn {
+	c := &wsConn{t: t, exec: exec, conn: conn, legacy: conn.Subprotocol() != protoTransportWS}
+	// The request's values (the client's address, the handshake's
+	// Authorization, the operation trace) without its cancellation, which
+	// comes when Do returns; the server's lifetime instead.
+	ctx := context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c)
+	c.base, c.cancel = context.WithCancel(ctx)
+	c.stopLife = func() bool { return false }
+	if life, ok := r.Context().Value(lifetimeKey{}).(context.Context); ok {
+		c.stopLife = context.AfterFunc(life, c.cancel)
+	}
+	context.AfterFunc(c.base, c.ended)
+	conn.SetReadLimit(MaxWebsocketMessage)
+	return c
+}
+
+// clientMessage is a message from the client, of either protocol.
+type clientMessage struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// read reads the client's messages until the connection fails or closes;
+// then it closes it, which ends its operations.
+//
+// It lives as long as the socket, and its stack with it: a goroutine's
+// stack grows to the deepest call it made and shrinks only at a garbage
+// collection, by half, and only while parked far below a quarter of it.
+// So it only reads, which needs little, and each message is handled on a
+// goroutine of its own (authenticating calls Redis; decoding JSON,
+// starting an operation and writing go deeper than reading), one at a
+// time and in order, while the reader waits.
+func (c *wsConn) read() {
+	var acked bool
+	handled := make(chan bool, 1)
+	c.conn.SetReadDeadline(time.Now().Add(c.t.initTimeout()))
+	for {
+		_, data, err := c.conn.ReadMessage()
+		if err != nil {
+			c.readFailed(err, acked)
+			return
+		}
+		c.heard.Store(true)
+		start := graphql.Now()
+		go func() { handled <- c.handle(data, start, &acked) }()
+		if !<-handled {
+			return
+		}
+	}
+}
+
+// readFailed closes the connection after a failed read.
+func (c *wsConn) readFailed(err error, acked bool) {
+	var ne net.Error
+	switch {
+	case !acked && errors.As(err, &ne) && ne.Timeout():
+		c.close(closeInitTimeout, "Connection initialisation timeout")
+	case errors.Is(err, websocket.ErrReadLimit):
+		c.close(websocket.CloseMessageTooBig, "Message too big")
+	default:
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) && !errors.Is(err, net.ErrClosed) {
+			c.reportError(err)
+		}
+		c.close(websocket.CloseNormalClosure, "terminated")
+	}
+}
+
+// handle acts on one message of the client, read at start. It reports
+// false when the connection has been closed.
+func (c *wsConn) handle(data []byte, start time.Time, acked *bool) bool {
+	var m clientMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		c.refuse(closeBadMessage, "Invalid message")
+		return false
+	}
+	switch {
+	case m.Type == "connection_init" && *acked:
+		c.refuse(closeTooManyInits, "Too many initialisation requests")
+		return false
+	case m.Type == "connection_init":
+		*acked = c.init(m.Payload)
+		return *acked
+	case m.Type == "ping" && !c.legacy:
+		c.writeMessage("pong", "", m.Payload)
+	case m.Type == "pong" && !c.legacy:
+		// heard, in read, is all a pong is for
+	case m.Type == "subscribe" && !c.legacy, m.Type == "start" && c.legacy:
+		if !*acked {
+			c.refuse(closeUnauthorized, "Unauthorized")
+			return false
+		}
+		if m.ID == "" {
+			c.refuse(closeBadMessage, "Invalid message: an operation needs an id")
+			return false
+		}
+		return c.start(m.ID, m.Payload, start)
+	case m.Type == "complete" && !c.legacy, m.Type == "stop" && c.legacy:
+		c.stop(m.ID)
+	case m.Type == "connection_terminate" && c.legacy:
+		c.close(websocket.CloseNormalClosure, "terminated")
+		return false
+	default:
+		c.refuse(closeBadMessage, "Invalid message type")
+		return false
+	}
+	return true
+}
+
+// init authenticates the connection from connection_init's payload and
+// acks it, or refuses it and closes the connection.
+func (c *wsConn) init(raw json.RawMessage) bool {
+	var payload map[string]any
+	if len(raw) > 0 && json.Unmarshal(raw, &payload) != nil {
+		c.refuse(closeBadMessage, "Invalid connection_init payload")
+		return false
+	}
+	ctx := c.base
+	if c.t.Init != nil {
+		var err error
+		if ctx, err = c.t.Init(c.base, payload); err != nil {
+			code, reason := closeForbidden, "Forbidden"
+			var ir *initRefusal
+			if errors.As(err, &ir) {
+				code, reason = ir.code, ir.reason
+			}
+			// Clients of the legacy protocol, such as
+			// subscriptions-transport-ws, hand connection_error's message
+			// to the app: the user-facing sentence.
+			c.refuseWith(code, reason, err.Error())
+			return false
+		}
+	}
+	c.ctx = ctx
+	if c.writeMessage("connection_ack", "", nil) != nil {
+		return false
+	}
+	if c.legacy {
+		// Legacy clients start their keep-alive timeout at the first "ka".
+		c.writeMessage("ka", "", nil)
+	}
+	if k := c.t.KeepAlive; k != nil {
+		k.add(c)
+		// A close that came meanwhile (the server stopping) may have
+		// missed the add.
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			k.remove(c)
+		}
+	} else {
+		c.conn.SetReadDeadline(time.Time{})
+	}
+	return true
+}
+
+// initRefusal is Init's error for a connection to refuse with a code other
+// than 4403.
+type initRefusal struct {
+	code    int
+	reason  string // the close frame's
+	message string // connection_error's, on the legacy protocol
+}
+
+func (e *initRefusal) Error() string { return e.message }
+
+// ended closes the connection when its context ends: the session was
+// revoked or expired (4403, see endWebsocket), or the server shuts down.
+func (c *wsConn) ended() {
+	c.close(websocket.CloseNormalClosure, "terminated")
+}
+
+// refuse closes the connection for a protocol error, telling a legacy
+// client why with connection_error first.
+func (c *wsConn) refuse(code int, reason string) { c.refuseWith(code, reason, reason) }
+
+func (c *wsConn) refuseWith(code int, reason, message string) {
+	if c.legacy {
+		b, _ := json.Marshal(&gqlerror.Error{Message: message})
+		c.writeMessage("connection_error", "", b)
+	}
+	c.close(code, reason)
+}
+
+// close closes the connection once, with a close frame of code unless it
+// is 0 (the connection is broken), and ends its operations. A normal
+// closure becomes the code endWebsocket left.
+func (c *wsConn) close(code int, reason string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	ops := c.ops
+	c.ops = nil
+	c.mu.Unlock()
+	if override := c.closeCode.Load(); override != 0 && code == websocket.CloseNormalClosure {
+		code, reason = int(override), "Forbidden"
+	}
+	if code != 0 {
+		msg := websocket.FormatCloseMessage(code, reason)
+		c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.t.writeTimeout()))
+	}
+	c.conn.Close()
+	if k := c.t.KeepAlive; k != nil {
+		k.remove(c)
+	}
+	c.stopLife()
+	for _, op := range ops {
+		op.finish(false)
+	}
+	c.cancel()
+}
+
+func (c *wsConn) reportError(err error) {
+	if c.t.OnError != nil {
+		c.t.OnError(c.base, err)
+	}
+}
+
+// Server message types, by protocol.
+func (c *wsConn) dataType() string {
+	if c.legacy {
+		return "data"
+	}
+	return "next"
+}
+
+// writeMessage writes one message {"type", "id", "payload"} (id and payload
+// left out when empty).
+func (c *wsConn) writeMessage(typ, id string, payload json.RawMessage) error {
+	return c.write(func(w io.Writer) error {
+		writeMessageStart(w, typ, id)
+		if len(payload) > 0 {
+			io.WriteString(w, `,"payload":`)
+			w.Write(payload)
+		}
+		_, err := io.WriteString(w, "}")
+		return err
+	})
+}
+
+// writeMessageStart writes {"type":typ and, unless empty, "id":id.
+func writeMessageStart(w io.Writer, typ, id string) {
+	io.WriteString(w, `{"type":"`+typ+`"`)
+	if id != "" {
+		io.WriteString(w, `,"id":`)
+		b, _ := json.Marshal(id)
+		w.Write(b)
+	}
+}
+
+// write writes the message that build writes, within the write timeout,
+// through a buffer of the shared pool. A failed write closes the
+// connection: after a timeout gorilla/websocket cannot write on it again,
+// and a client that stalls is disconnected (it reconnects and resumes with
+// after:) rather than holding the writes of its subscriptions.
+func (c *wsConn) write(build func(w io.Writer) error) error {
+	c.wmu.Lock()
+	err := c.writeLocked(build)
+	c.wmu.Unlock()
+	if err != nil {
+		c.reportError(err)
+		c.close(0, "")
+	}
+	return err
+}
+
+func (c *wsConn) writeLocked(build func(w io.Writer) error) error {
+	if err := c.conn.SetWriteDeadline(time.Now().Add(c.t.writeTimeout())); err != nil {
+		return err
+	}
+	w, err := c.conn.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return err
+	}
+	err = build(w)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// sendResponse writes resp as the next event or result of operation id.
+func (c *wsConn) sendResponse(id string, resp *graphql.Response) error {
+	return c.write(func(w io.Writer) error {
+		writeMessageStart(w, c.dataType(), id)
+		io.WriteString(w, `,"payload":`)
+		if err := writeResponse(w, resp); err != nil {
+			return err
+		}
+		_, err := io.WriteString(w, "}")
+		return err
+	})
+}
+
+// writeResponse writes resp as JSON. The data is already JSON that gqlgen
+// wrote: it is copied as is, where encoding/json would check and compact
+// it again, once for every socket an event goes to.
+func writeResponse(w io.Writer, resp *graphql.Response) error {
+	if resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
+		b, err := json.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	io.WriteString(w, "{")
+	if len(resp.Errors) > 0 {
+		b, err := json.Marshal(resp.Errors)
+		if err != nil {
+			return err
+		}
+		io.WriteString(w, `"errors":`)
+		w.Write(b)
+		io.WriteString(w, ",")
+	}
+	io.WriteString(w, `"data":`)
+	if len(resp.Data) == 0 {
+		io.WriteString(w, "null")
+	} else {
+		w.Write(resp.Data)
+	}
+	if len(resp.Extensions) > 0 {
+		b, err := json.Marshal(resp.Extensions)
+		if err != nil {
+			return err
+		}
+		io.WriteString(w, `,"extensions":`)
+		w.Write(b)
+	}
+	_, err := io.WriteString(w, "}")
+	return err
+}
+
+// sendErrors writes an error message for operation id, which ends it.
+func (c *wsConn) sendErrors(id string, errs gqlerror.List) error {
+	b, err := json.Marshal(errs)
+	if err != nil {
+		return err
+	}
+	return c.writeMessage("error", id, b)
+}
+
+// start begins operation id on a goroutine of its own, which parses,
+// validates and dispatches it, and for a query or mutation writes its
+// result; a subscription's events come from the hub (see wsOperation). It
+// reports false when the connection was closed for a duplicate id.
+func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) bool {
+	op := &wsOperation{conn: c, id: id}
+	var ctx context.Context
+	ctx, op.cancel = context.WithCancel(c.ctx)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		op.cancel()
+		return false
+	}
+	old := c.find(id)
+	if old != nil && !c.legacy {
+		c.mu.Unlock()
+		op.cancel()
+		c.close(closeDuplicateID, "Subscriber for "+id+" already exists")
+		return false
+	}
+	if old != nil {
+		c.remove(old)
+	}
+	c.ops = append(c.ops, op)
+	c.mu.Unlock()
+	if old != nil {
+		// The legacy protocol's servers replace an operation started
+		// again with the same id.
+		old.finish(false)
+	}
+	go op.run(ctx, payload, readStart)
+	return true
+}
+
+// find returns the running operation id, or nil; c.mu is held.
+func (c *wsConn) find(id string) *wsOperation {
+	for _, op := range c.ops {
+		if op.id == id {
+			return op
+		}
+	}
+	return nil
+}
+
+// remove removes op from the running operations; c.mu is held.
+func (c *wsConn) remove(op *wsOperation) {
+	if i := slices.Index(c.ops, op); i >= 0 {
+		c.ops = slices.Delete(c.ops, i, i+1)
+	}
+}
+
+// stop ends operation id at the client's request, with complete.
+func (c *wsConn) stop(id string) {
+	c.mu.Lock()
+	op := c.find(id)
+	c.mu.Unlock()
+	if op != nil {
+		op.finish(true)
+	}
+}
+
+// wsOperation is one operation of a connection. A subscription that the
+// hub accepted (Attached) takes its events in EventReady, called from the
+// hub's deliver goroutine, or from the starting goroutine for events that
+// came before dispatch returned.
+type wsOperation struct {
+	conn     *wsConn
+	id       string
+	cancel   context.CancelFunc
+	rc       *graphql.OperationContext
+	attached bool // set by the hub during dispatch, read after it
+
+	mu        sync.Mutex
+	responses graphql.ResponseHandler // nil until dispatch returned
+	rctx      context.Context
+	pending   int // EventReady calls before responses was set
+	done      bool
+
+	pullMu sync.Mutex // held while an event is taken and written
+}
+
+var _ warble.EventReceiver = (*wsOperation)(nil)
+
+// run parses, validates and dispatches the operation. Its messages and
+// their order are gqlgen's transport's: a document that does not parse or
+// validate gets an error message, other errors come as a result with
+// errors; then complete.
+func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readStart time.Time) {
+	c := op.conn
+	ctx = graphql.StartOperationTrace(ctx)
+	params := &graphql.RawParams{}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(params); err != nil {
+		c.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
+		op.finish(true)
+		return
+	}
+	params.ReadTime = graphql.TraceTiming{Start: readStart, End: graphql.Now()}
+	rc, errs := c.exec.CreateOperationContext(ctx, params)
+	if errs != nil && op.isDone() {
+		return
+	} else if errs != nil {
+		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
+		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
+			c.sendErrors(op.id, resp.Errors)
+		} else {
+			c.sendResponse(op.id, &graphql.Response{Errors: errs})
+		}
+		op.finish(true)
+		return
+	}
+	op.rc = rc
+	ctx = graphql.WithOperationContext(ctx, rc)
+	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
+		ctx = warble.NewContextWithEventReceiver(ctx, op)
+	}
+	defer op.recover(ctx)
+	responses, ctx := c.exec.DispatchOperation(ctx, rc)
+	if op.attached {
+		op.mu.Lock()
+		op.responses, op.rctx = responses, ctx
+		n := op.pending
+		op.pending = 0
+		op.mu.Unlock()
+		for range n {
+			op.pull()
+		}
+		return
+	}
+	// A query, a mutation, or an operation that failed before its
+	// subscription started.
+	for {
+		resp := responses(ctx)
+		if resp == nil || op.isDone() { // stopped, or replaced, meanwhile
+			break
+		}
+		if c.sendResponse(op.id, resp) != nil {
+			break
+		}
+	}
+	op.finish(true)
+}
+
+func (op *wsOperation) isDone() bool {
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	return op.done
+}
+
+// recover turns a panic of the operation into an error message for it,
+// and ends it, as gqlgen's transport does.
+func (op *wsOperation) recover(ctx context.Context) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	var gerr *gqlerror.Error
+	if op.rc != nil {
+		if err := op.rc.Recover(ctx, r); !errors.As(err, &gerr) {
+			gerr = &gqlerror.Error{Message: "internal system error"}
+		}
+	} else {
+		gerr = &gqlerror.Error{Message: "internal system error"}
+	}
+	op.conn.sendErrors(op.id, gqlerror.List{gerr})
+	op.finish(true)
+}
+
+// Attached implements warble.EventReceiver.
+func (op *wsOperation) Attached() { op.attached = true }
+
+// EventReady implements warble.EventReceiver: it takes the event waiting
+// in the subscription's channel through gqlgen's response handler and
+// writes it, or completes the operation when the channel was closed.
+func (op *wsOperation) EventReady() {
+	op.mu.Lock()
+	if op.responses == nil {
+		op.pending++ // run takes it once dispatch has returned
+		op.mu.Unlock()
+		return
+	}
+	op.mu.Unlock()
+	op.pull()
+}
+
+// pull takes one response and writes it. The receive does not block: the
+// hub calls EventReady once for each event it put in the channel, and once
+// for its close.
+func (op *wsOperation) pull() {
+	op.pullMu.Lock()
+	defer op.pullMu.Unlock()
+	if op.isDone() {
+		return
+	}
+	defer op.recover(op.rctx)
+	resp := op.responses(op.rctx)
+	if resp == nil {
+		op.finish(true) // the subscription ended
+		return
+	}
+	op.conn.sendResponse(op.id, resp)
+}
+
+// finish ends the operation once: it leaves the connection's operations,
+// the client hears complete (unless the connection is closing), and its
+// context ends, which ends its subscription in the hub.
+func (op *wsOperation) finish(complete bool) {
+	op.mu.Lock()
+	if op.done {
+		op.mu.Unlock()
+		return
+	}
+	op.done = true
+	op.mu.Unlock()
+	c := op.conn
+	c.mu.Lock()
+	c.remove(op)
+	c.mu.Unlock()
+	if complete {
+		c.writeMessage("complete", op.id, nil)
+	}
+	op.cancel()
+}
