@@ -159,6 +159,11 @@ type DB struct {
 	// cluster (see Hub). One Redis keeps classic pub/sub: there it costs
 	// the same, and the embedded Redis has no SPUBLISH.
 	sharded bool
+	// chainedPosts is set on a Redis Cluster: CreatePost stores a post
+	// through its author's outbox in a chain of round trips
+	// (storeChained), where one Redis takes one script for all of it
+	// (createPostOneRedisScript). Tests of the outbox set it on one Redis.
+	chainedPosts bool
 
 	// dropStep, if set, runs inside dropIdleBatch after its read of the
 	// seen index ("read") and after its drops ("dropped"): tests make a
@@ -233,7 +238,7 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 		opts.FollowerBuckets = DefaultFollowerBuckets
 	}
 	opts.FollowerBuckets = max(2, opts.FollowerBuckets)
-	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded}
+	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded, chainedPosts: sharded}
 	db.lagging = db
 	if opts.ReplicaReads != nil {
 		db.lagging = &DB{client: opts.ReplicaReads, opts: opts, log: opts.Logger, sharded: sharded}

@@ -181,7 +181,9 @@ return added
 // OneRedisScripts returns the SHA1s of the scripts Warble runs only on one
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
 // that check every other script keeps to one slot.
-func OneRedisScripts() []string { return []string{deliverBatchScript.classic.Hash()} }
+func OneRedisScripts() []string {
+	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash()}
+}
 
 // deliverBatch is how many followers one call of deliverBatchScript
 // delivers to: a call holds Redis for its whole length, so a batch of

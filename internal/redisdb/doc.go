@@ -65,15 +65,21 @@
 // timeline and every follower (as of the walk) exactly once, even if any
 // process dies at any moment after that. The argument:
 //
-//   - The job is recorded in its author's outbox by createPostScript (and
-//     deletePostScript), in the same atomic step that stores the post, and
-//     CreatePost answers only after that step. Then XADD queues the job, and
-//     only once it is queued does the job leave the outbox. A job that a
-//     dying process (or a failed XADD) left in an outbox is queued by a
-//     worker's sweep (sweepOutboxes: one worker of each process, at start
-//     and then about once a minute). A job queued twice that way (a sweep
-//     racing a slow CreatePost) is done twice, which delivery makes
-//     harmless.
+//   - On one Redis, createPostOneRedisScript queues the job (XADD) in the
+//     atomic step that stores the post, and CreatePost answers only after
+//     that step: the job is in the stream if and only if the post was
+//     stored, and no outbox is needed. (A script there may touch every key
+//     it declares, whatever their slots.)
+//   - On a Redis Cluster, the post's keys and the stream are in different
+//     slots, so the job is recorded in its author's outbox by
+//     createPostScript (and, on either, by deletePostScript), in the same
+//     atomic step that stores the post, and CreatePost answers only after
+//     that step. Then XADD queues the job, and only once it is queued does
+//     the job leave the outbox. A job that a dying process (or a failed
+//     XADD) left in an outbox is queued by a worker's sweep
+//     (sweepOutboxes: one worker of each process, at start and then about
+//     once a minute). A job queued twice that way (a sweep racing a slow
+//     CreatePost) is done twice, which delivery makes harmless.
 //   - The sweep finds those jobs through its shard's outbox index
 //     (outboxIndexKey), not by scanning every key: the job is added to the
 //     index in a command that has answered before the post's step runs, so

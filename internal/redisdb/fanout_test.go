@@ -48,6 +48,17 @@ func newAsyncTestDB(t testing.TB) *DB {
 	return newTestDB(t, Options{AsyncFanOut: true})
 }
 
+// newChainedTestDB is newTestDB whose CreatePost stores posts through the
+// outbox, as on a Redis Cluster, on one Redis too: for the tests of the
+// outbox, whose requests die (their XADD fails) between its steps. On one
+// Redis CreatePost has no such steps (createPostOneRedisScript).
+func newChainedTestDB(t testing.TB, opts Options) *DB {
+	t.Helper()
+	db := newTestDB(t, opts)
+	db.chainedPosts = true
+	return db
+}
+
 // manyFollowers makes n users (ids from 1000 on, with no user hashes) follow
 // authorID and returns their ids.
 func manyFollowers(tb testing.TB, db *DB, authorID string, n int) []string {
@@ -246,6 +257,28 @@ func TestWorkerTakesOverDeadJob(t *testing.T) {
 	}
 }
 
+// TestNewJobReadsNoCursor: a job read new from the stream runs from the
+// start without looking for a saved cursor, which only a job taken over
+// can have (TestWorkerTakesOverDeadJob).
+func TestNewJobReadsNoCursor(t *testing.T) {
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	p, err := NewPostService(db).CreatePost(context.Background(), ada.ID, "new job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := &commandNames{}
+	db.client.AddHook(names)
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, p.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+	if n := names.count("get"); n != 0 {
+		t.Errorf("the worker looked for a cursor %d times for a new job", n)
+	}
+}
+
 // BenchmarkCreatePost measures CreatePost for an author with 10,000
 // followers, with the fan-out inside the call and queued for workers.
 func BenchmarkCreatePost(b *testing.B) {
@@ -392,7 +425,7 @@ func (h *failXAdd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // behind.
 func TestOutboxSweep(t *testing.T) {
 	ctx := context.Background()
-	db := newAsyncTestDB(t)
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -489,7 +522,7 @@ func TestOutboxSweep(t *testing.T) {
 // off again, and delivers it to nobody.
 func TestCreateJobAfterItsDeleteLeavesNoTrace(t *testing.T) {
 	ctx := context.Background()
-	db := newAsyncTestDB(t)
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -525,7 +558,7 @@ func TestCreateJobAfterItsDeleteLeavesNoTrace(t *testing.T) {
 func TestWorkerSweepsOutboxes(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	db := newTestDB(t, Options{AsyncFanOut: true, Now: clock.Now})
+	db := newChainedTestDB(t, Options{AsyncFanOut: true, Now: clock.Now})
 	hook := &failXAdd{}
 	db.client.AddHook(hook)
 	ada := mustSignup(t, db, "ada")
@@ -641,7 +674,7 @@ func TestOutboxSweepReadsOnlyTheIndex(t *testing.T) {
 func TestOutboxIndexBackfill(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	db := newTestDB(t, Options{AsyncFanOut: true, FanOutShards: 3, Now: clock.Now})
+	db := newChainedTestDB(t, Options{AsyncFanOut: true, FanOutShards: 3, Now: clock.Now})
 	// On an empty database there is nothing to backfill, and an idle
 	// Warble writes nothing, not even the marker.
 	if err := NewWorker(db, WorkerOptions{Sweep: true}).maybeSweep(ctx); err != nil {

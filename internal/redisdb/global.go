@@ -26,14 +26,41 @@ import (
 // global timeline ends at its cap, as every post then stays in Redis and
 // no index of all of them would be bounded.
 
-// listGlobalScript adds a post to the global timeline, trims it to its cap
-// and announces it. It is idempotent: a post the timeline holds already
-// (a repeated job) is not announced again, nor one older than everything
-// the capped timeline keeps. With a tail key, what the cap takes off goes
-// there.
+// listGlobalLua defines listGlobal(key, tail, seq, id, cap, channel,
+// msg), which adds a post to the global timeline, trims it to its cap and
+// announces it. It is idempotent: a post the timeline holds already (a
+// repeated job) is not announced again, nor one older than everything the
+// capped timeline keeps. With a tail key (not nil), what the cap takes off
+// goes there. It returns 1 if the post was added, 0 if it was there
+// already or trimmed at once. listGlobalScript runs it, and on one Redis
+// so does createPostOneRedisScript.
 //
 // The global timeline adds before it trims, so that it becomes a skiplist
 // once full (see listpack.go).
+const listGlobalLua = `
+local function listGlobal(key, tail, seq, id, cap, channel, msg)
+	if redis.call('ZADD', key, seq, id) == 0 then
+		return 0
+	end
+	local over = redis.call('ZCARD', key) - cap
+	if over > 0 then
+		if tail then
+			local old = redis.call('ZRANGE', key, 0, over - 1, 'WITHSCORES')
+			for i = 1, #old, 2 do
+				redis.call('ZADD', tail, old[i + 1], old[i])
+			end
+		end
+		redis.call('ZREMRANGEBYRANK', key, 0, over - 1)
+		if not redis.call('ZSCORE', key, id) then
+			return 0
+		end
+	end
+	redis.call('PUBLISH', channel, msg)
+	return 1
+end
+`
+
+// listGlobalScript is listGlobal (listGlobalLua) as a script of its own.
 //
 // KEYS[1] -> w:global
 // KEYS[2] -> w:{w:global}:tail (with an archive)
@@ -45,25 +72,8 @@ import (
 //
 // Returns 1 if the post was added, 0 if it was there already or trimmed at
 // once.
-var listGlobalScript = newPubScript(`
-if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-	return 0
-end
-local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
-if over > 0 then
-	if KEYS[2] then
-		local old = redis.call('ZRANGE', KEYS[1], 0, over - 1, 'WITHSCORES')
-		for i = 1, #old, 2 do
-			redis.call('ZADD', KEYS[2], old[i + 1], old[i])
-		end
-	end
-	redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
-	if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
-		return 0
-	end
-end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
-return 1
+var listGlobalScript = newPubScript(listGlobalLua + `
+return listGlobal(KEYS[1], KEYS[2], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5])
 `)
 
 // globalPastCap reads up to limit entries of the global timeline below a

@@ -26,13 +26,32 @@ var _ warble.PostService = (*PostService)(nil)
 
 var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 
+// storePostLua defines storePost(post, posts, home, seq, id, body,
+// createdAt, homeCap, userChannel, homeChannel, msg), which stores a post
+// and puts it on its author's own timelines, then announces it there, and
+// returns how many posts the author has in Redis now, which tells whether
+// they are due for the archive's mover (see mover.go). Both forms of
+// CreatePost's atomic step run it: createPostScript and, on one Redis,
+// createPostOneRedisScript.
+const storePostLua = `
+local function storePost(post, posts, home, seq, id, body, createdAt, homeCap, userChannel, homeChannel, msg)
+	redis.call('HSET', post, 'body', body, 'createdAt', createdAt)
+	redis.call('ZADD', posts, seq, id)
+	addCapped(home, homeCap, seq, id)
+	redis.call('PUBLISH', userChannel, msg)
+	redis.call('PUBLISH', homeChannel, msg)
+	return redis.call('ZCARD', posts)
+end
+`
+
 // createPostScript stores a post and puts it on its author's own timelines,
 // then announces it there. The author's keys share a slot, so this is one
-// atomic step and the author never sees a half-written post.
+// atomic step and the author never sees a half-written post. It is the
+// atomic step of CreatePost on a Redis Cluster.
 //
 // With a fan-out job to queue (ARGV[9]), it also records the job in the
 // author's outbox, so that the job is queued even if this process dies
-// before it queues it (see fanout.go).
+// before it queues it (see queue.go).
 //
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
@@ -48,18 +67,71 @@ var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 // ARGV[8] -> the added message for both channels
 // ARGV[9] -> the outbox entry of the fan-out job, or "" for none
 //
-// Returns how many posts the author has in Redis now, which tells whether
-// they are due for the archive's mover (see mover.go).
-var createPostScript = newPubScript(addCappedLua + `
+// Returns how many posts the author has in Redis now.
+var createPostScript = newPubScript(addCappedLua + storePostLua + `
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
-redis.call('HSET', KEYS[1], 'body', ARGV[3], 'createdAt', ARGV[4])
-redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
-addCapped(KEYS[3], tonumber(ARGV[5]), ARGV[1], ARGV[2])
-redis.call('PUBLISH', ARGV[6], ARGV[8])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-return redis.call('ZCARD', KEYS[2])
+return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+`)
+
+// createPostOneRedisScript is the whole of CreatePost's writes on one
+// Redis, where a script may touch every key it declares whatever their
+// slots: it queues the post's fan-out job (XADD) and stores the post as
+// createPostScript does, in one atomic step, so that the job is recorded
+// with the post without an outbox (either both are written or neither
+// is: the XADD, which only a key of another type could fail, comes
+// first). Then, as the chain does after its promise, it puts the post on
+// the global timeline (listGlobalLua) and makes the author due for the
+// archive's mover when the post does; a failure of either is caught and
+// answered rather than failing the script, since the post is stored by
+// then, and the job lists the post on the global timeline in any case. A
+// Redis Cluster refuses the script (its keys span slots), and CreatePost
+// runs the chain there (storeChained).
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:u:{<author>}:posts
+// KEYS[3] -> w:u:{<author>}:home
+// KEYS[4] -> w:{fanout:<i>}:jobs, the author's shard's stream
+// KEYS[5] -> w:global
+// KEYS[6] -> w:{fanout:<i>}:archive:due (with an archive)
+// KEYS[7] -> w:{w:global}:tail (with an archive)
+// ARGV[1..8] -> as createPostScript's
+// ARGV[9] -> the job's op, or "" to queue no job (no AsyncFanOut)
+// ARGV[10] -> author id
+// ARGV[11] -> global timeline cap
+// ARGV[12] -> the global timeline's channel
+// ARGV[13] -> Options.PostsInRedis
+// ARGV[14] -> when the author is due with more posts in Redis than that, unix ms
+// ARGV[15] -> when the author is due otherwise, unix ms, or 0 for not
+//
+// Returns the error of the global timeline's step and of the due index's,
+// each "" for none.
+var createPostOneRedisScript = newPubScript(addCappedLua + listGlobalLua + storePostLua + `
+if ARGV[9] ~= '' then
+	redis.call('XADD', KEYS[4], '*', 'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2])
+end
+local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+local function failure(ok, err)
+	if ok then
+		return ''
+	elseif type(err) == 'table' then
+		return tostring(err.err)
+	end
+	return tostring(err)
+end
+local globalErr = failure(pcall(listGlobal, KEYS[5], KEYS[7], ARGV[1], ARGV[2], tonumber(ARGV[11]), ARGV[12], ARGV[8]))
+local dueErr = ''
+if KEYS[6] then
+	local due = ARGV[15]
+	if inRedis > tonumber(ARGV[13]) then
+		due = ARGV[14]
+	end
+	if due ~= '0' then
+		dueErr = failure(pcall(redis.call, 'ZADD', KEYS[6], 'LT', due, ARGV[10]))
+	end
+end
+return {globalErr, dueErr}
 `)
 
 // deletePostScript deletes a post and takes it off its author's own
@@ -109,17 +181,25 @@ return 1 + noted
 
 // CreatePost implements warble.PostService. The author's own timelines get
 // the post at once, in the atomic step that stores it. With
-// Options.AsyncFanOut that step also records the post's fan-out job in the
-// author's outbox, and that record is the promise: once it is written,
-// CreatePost answers success, because the post will reach the global
-// timeline and every follower whatever fails afterwards. The job is then
-// queued for a fan-out worker (see fanout.go), and the post added to the
-// global timeline at once for a prompt read; a failure of either is logged,
-// and the job, queued by the outbox sweep if it was not, does both. An
-// error from CreatePost therefore means that the post was not stored (or,
-// for an error of the connection itself, that it may have been: Redis's
-// answer was lost). Without AsyncFanOut, CreatePost delivers to the global
-// timeline and the followers itself before it answers.
+// Options.AsyncFanOut that step also records the post's fan-out job, and
+// that record is the promise: once it is written, CreatePost answers
+// success, because the post will reach the global timeline and every
+// follower whatever fails afterwards.
+//
+// On one Redis the step is createPostOneRedisScript, which queues the job
+// and lists the post on the global timeline too: two round trips in all,
+// the seq and the step. (The answer's author is the signed-in user; a
+// caller without one has the author read with the seq.) On a Redis
+// Cluster the step records the job in the author's outbox (see
+// storeChained), and the job is then queued for a fan-out worker (see
+// queue.go), and the post added to the global timeline at once for a
+// prompt read; a failure of either is logged, and the job, queued by the
+// outbox sweep if it was not, does both.
+//
+// An error from CreatePost therefore means that the post was not stored
+// (or, for an error of the connection itself, that it may have been:
+// Redis's answer was lost). Without AsyncFanOut, CreatePost delivers to the
+// global timeline and the followers itself before it answers.
 func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
 	if !warble.ValidUserID(authorID) {
 		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
@@ -128,31 +208,130 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if err != nil {
 		return nil, err
 	}
-	seq, err := s.db.client.Incr(ctx, postSeqKey).Result()
+	// The answer's author is the signed-in user when they are the author,
+	// as they are for a request (read with the session a moment ago);
+	// otherwise it is read with the seq.
+	var seqCmd *redis.IntCmd
+	var author *warble.User
+	var readAuthor func(context.Context) ([]*warble.User, error)
+	var readErr error
+	if u := warble.UserFromContext(ctx); u != nil && u.ID == authorID {
+		signedIn := *u
+		author = &signedIn
+		seqCmd = s.db.client.Incr(ctx, postSeqKey)
+	} else {
+		_, readErr = s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			seqCmd = pipe.Incr(ctx, postSeqKey)
+			readAuthor = s.db.queueUsers(ctx, pipe, []string{authorID})
+			return nil
+		})
+	}
+	seq, err := seqCmd.Result()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
+	p := &warble.Post{AuthorID: authorID, Body: body, CreatedAt: s.db.now(), Seq: seq}
 	seqText := strconv.FormatInt(seq, 10)
-	id := authorID + ":" + seqText
-	createdAt := s.db.now()
-	added := encodeAdded(seq, id)
-	job := ""
-	if s.db.opts.AsyncFanOut {
-		job = outboxEntry(opDeliver, id)
-		if err := s.db.indexJob(ctx, opDeliver, id); err != nil {
-			return nil, fmt.Errorf("create post by %s: %w", authorID, err)
-		}
+	p.ID = authorID + ":" + seqText
+	if s.db.chainedPosts {
+		err = s.storeChained(ctx, p, seqText)
+	} else {
+		err = s.storeOneStep(ctx, p, seqText)
 	}
-	inRedis, err := s.db.pub(createPostScript).Run(ctx, s.db.client,
-		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
-		seqText, id, body, msString(createdAt), s.db.opts.HomeCap,
-		userChannel(authorID), homeChannel(authorID), added, job).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("create post by %s: %w", authorID, err)
 	}
 
 	// The post and its job are recorded: from here on nothing fails the
 	// request, and nothing may be cut short by a client that hangs up.
+	ctx = context.WithoutCancel(ctx)
+	if !s.db.opts.AsyncFanOut {
+		if err := s.db.fanOut(ctx, authorID, seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
+			s.db.log.ErrorContext(ctx, "fan out post", "post", p.ID, "err", err)
+		}
+	}
+	if readAuthor != nil && readErr == nil {
+		var authors []*warble.User
+		if authors, readErr = readAuthor(ctx); readErr == nil {
+			author = authors[0]
+		}
+	}
+	p.Author = author
+	if readErr != nil {
+		if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
+			// The answer's author field reads the author again then.
+			s.db.log.WarnContext(ctx, "read the author of a new post", "post", p.ID, "err", err)
+		}
+	}
+	// The seq, the post with its job, and on a cluster the job's index
+	// entry, on their replicas (on one Redis, one WAIT covers them).
+	if err := s.db.awaitReplicas(ctx, postSeqKey, postKey(authorID, seqText), outboxIndexKey(s.db.fanOutShard(authorID))); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// storeOneStep stores p on one Redis with createPostOneRedisScript, in one
+// round trip. An error means the post was not stored.
+func (s *PostService) storeOneStep(ctx context.Context, p *warble.Post, seqText string) error {
+	authorID, createdAt := p.AuthorID, p.CreatedAt
+	shard := s.db.fanOutShard(authorID)
+	keys := []string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), fanoutStreamKey(shard), globalKey}
+	if s.db.opts.Archive != nil {
+		keys = append(keys, archiveDueKey(shard), globalTailKey)
+	}
+	op := ""
+	if s.db.opts.AsyncFanOut {
+		op = opDeliver
+	}
+	postsInRedis := int64(s.db.opts.PostsInRedis)
+	cmd := runScript(ctx, s.db.client, s.db.pub(createPostOneRedisScript), keys,
+		seqText, p.ID, p.Body, createdAt.UnixMilli(), s.db.opts.HomeCap,
+		userChannel(authorID), homeChannel(authorID), encodeAdded(p.Seq, p.ID),
+		op, authorID, s.db.opts.GlobalCap, globalChannel,
+		postsInRedis, s.db.dueAfterPost(postsInRedis+1, createdAt), s.db.dueAfterPost(postsInRedis, createdAt))
+	if err := cmd.Err(); err != nil {
+		return err
+	}
+	// The post and its job are recorded.
+	failed, _ := cmd.StringSlice()
+	if len(failed) == 2 && failed[0] != "" {
+		s.db.log.WarnContext(ctx, "add post to global timeline; its fan-out job will", "post", p.ID, "err", failed[0])
+	}
+	if len(failed) == 2 && failed[1] != "" {
+		// The author's next post marks them again.
+		s.db.log.WarnContext(ctx, "mark author due for the archive", "author", authorID, "err", failed[1])
+	}
+	return nil
+}
+
+// storeChained stores p on a Redis Cluster, where its writes are in three
+// slots (the author's, the fan-out shard's and the global timeline's), as
+// a chain of round trips, each waiting on the one before: the job's entry
+// in the outbox index, the post with the job in its author's outbox
+// (createPostScript: the promise), XADD of the job, and one pipeline of
+// the global timeline, the job out of the outbox and the index, and the
+// author into the archive's due index. An error means the post was not
+// stored; what fails after the promise is logged, for the sweep and the
+// job to finish.
+func (s *PostService) storeChained(ctx context.Context, p *warble.Post, seqText string) error {
+	authorID, id, createdAt := p.AuthorID, p.ID, p.CreatedAt
+	added := encodeAdded(p.Seq, id)
+	job := ""
+	if s.db.opts.AsyncFanOut {
+		job = outboxEntry(opDeliver, id)
+		if err := s.db.indexJob(ctx, opDeliver, id); err != nil {
+			return err
+		}
+	}
+	inRedis, err := s.db.pub(createPostScript).Run(ctx, s.db.client,
+		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID)},
+		seqText, id, p.Body, msString(createdAt), s.db.opts.HomeCap,
+		userChannel(authorID), homeChannel(authorID), added, job).Int64()
+	if err != nil {
+		return err
+	}
+
 	ctx = context.WithoutCancel(ctx)
 	queued := false
 	if s.db.opts.AsyncFanOut {
@@ -162,12 +341,8 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 			queued = true
 		}
 	}
-	// One round trip for the rest: the global timeline, the job out of the
-	// outbox (once it is queued), the author into the archive's due index
-	// when the post makes them due, and the author for the answer.
 	var global *redis.Cmd
 	var due *redis.IntCmd
-	var author func(context.Context) ([]*warble.User, error)
 	dueAt := s.db.dueAfterPost(inRedis, createdAt)
 	err = runScripts(ctx, s.db.client, func(pipe redis.Pipeliner) {
 		global = s.db.listGlobal(ctx, pipe, seqText, id, added)
@@ -177,7 +352,6 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		if dueAt > 0 {
 			due = s.db.markDue(ctx, pipe, authorID, dueAt)
 		}
-		author = s.db.queueUsers(ctx, pipe, []string{authorID})
 	}, s.db.pub(listGlobalScript))
 	gerr := err // loading the script may have failed before anything was queued
 	if global != nil {
@@ -190,29 +364,7 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 		// The author's next post marks them again.
 		s.db.log.WarnContext(ctx, "mark author due for the archive", "author", authorID, "err", due.Err())
 	}
-	if !s.db.opts.AsyncFanOut {
-		if err := s.db.fanOut(ctx, authorID, seq, id, startCursor, fanOutChunk, noSave); err != nil {
-			s.db.log.ErrorContext(ctx, "fan out post", "post", id, "err", err)
-		}
-	}
-
-	p := &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: createdAt, Seq: seq}
-	var authors []*warble.User
-	if err == nil {
-		authors, err = author(ctx)
-	}
-	if err == nil {
-		p.Author = authors[0]
-	} else if p.Author, err = s.db.findUser(ctx, authorID); err != nil {
-		// The answer's author field reads the author again then.
-		s.db.log.WarnContext(ctx, "read the author of a new post", "post", id, "err", err)
-	}
-	// The seq, the post with its job, and the job's index entry, on their
-	// replicas.
-	if err := s.db.awaitReplicas(ctx, postSeqKey, postKey(authorID, seqText), outboxIndexKey(s.db.fanOutShard(authorID))); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return nil
 }
 
 // *redis.Script -> struct{}

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -361,12 +363,13 @@ func (failScriptLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return next
 }
 
-// TestCreatePostWhenGlobalScriptFails: when the script that adds a post to
-// the global timeline cannot be loaded, the post is still created and
-// answered with its author; only the global timeline misses it (until its
-// fan-out job runs).
+// TestCreatePostWhenGlobalScriptFails: on a Redis Cluster's chain of
+// steps, when the script that adds a post to the global timeline cannot be
+// loaded, the post is still created and answered with its author; only the
+// global timeline misses it (until its fan-out job runs). (On one Redis the
+// whole of CreatePost is one script: see TestCreatePostOneRedis.)
 func TestCreatePostWhenGlobalScriptFails(t *testing.T) {
-	db := newAsyncTestDB(t)
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
 	ada := mustSignup(t, db, "ada")
 	db.client.AddHook(failScriptLoad{})
 	scriptLoads.Delete(db.pub(deliverScript))
@@ -380,5 +383,174 @@ func TestCreatePostWhenGlobalScriptFails(t *testing.T) {
 	}
 	if got := zsetIDs(t, db, postsKey(ada.ID)); len(got) != 1 || got[0] != p.ID {
 		t.Fatalf("ada's posts = %v", got)
+	}
+}
+
+// roundTrips is a go-redis hook that counts round trips: single commands
+// and pipelines.
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestCreatePostOneRedis: on one Redis, CreatePost is two round trips, the
+// seq (with the author unless the author is signed in) and one script, which stores the post and queues its
+// job in one atomic step, without the outbox: the job is queued with the
+// post or, when Redis refuses the step, neither is written and CreatePost
+// answers an error. A global timeline that refuses the post does not fail
+// the request; the job lists the post there. A script Redis forgot is
+// loaded again.
+func TestCreatePostOneRedis(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	if db.chainedPosts {
+		t.Skip("a Redis Cluster stores posts through the outbox: see TestOutboxSweep")
+	}
+	ada := mustSignup(t, db, "ada")
+	followers := manyFollowers(t, db, ada.ID, 3)
+	posts := NewPostService(db)
+	mustCreatePost(t, db, ada.ID, "loads the script")
+	shard := db.fanOutShard(ada.ID)
+
+	trips, names := &roundTrips{}, &commandNames{}
+	db.client.AddHook(trips)
+	db.client.AddHook(names)
+	p, err := posts.CreatePost(ctx, ada.ID, "in one step")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 2 {
+		t.Errorf("CreatePost took %d round trips, want 2", n)
+	}
+	if p.Author == nil || p.Author.Username != "ada" {
+		t.Errorf("post author = %+v, want ada", p.Author)
+	}
+	jobs, err := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("the stream holds %d jobs, want the new post's", len(jobs))
+	}
+	if j, ok := parseJob(shard, jobs[0]); !ok || j.op != opDeliver || j.postID != p.ID || j.seq != p.Seq || j.authorID != ada.ID {
+		t.Fatalf("queued job = %+v (well-formed: %v), want the delivery of %s", j, ok, p.ID)
+	}
+	if n := db.client.Exists(ctx, outboxKey(ada.ID), outboxIndexKey(shard)).Val(); n != 0 {
+		t.Error("the one step wrote the outbox or its index")
+	}
+	if _, err := db.client.ZScore(ctx, globalKey, p.ID).Result(); err != nil {
+		t.Errorf("the global timeline lacks the post before its job ran: %v", err)
+	}
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, p.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+	// Signed in as the author, as a request is, the answer's author is
+	// the signed-in user, not read again.
+	trips.n.Store(0)
+	reads := names.count("hmget")
+	signedIn, err := posts.CreatePost(warble.NewContextWithUser(ctx, ada), ada.ID, "signed in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 2 {
+		t.Errorf("CreatePost signed in took %d round trips, want 2", n)
+	}
+	if n := names.count("hmget") - reads; n != 0 {
+		t.Errorf("CreatePost signed in read the author %d times", n)
+	}
+	if signedIn.Author == nil || *signedIn.Author != *ada {
+		t.Errorf("post author = %+v, want %+v", signedIn.Author, ada)
+	}
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, signedIn.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+
+	// The global timeline refuses the post (a string where it should be):
+	// the post and its job are recorded all the same, and the job lists it.
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = posts.CreatePost(ctx, ada.ID, "the global timeline is broken")
+	if err != nil {
+		t.Fatalf("CreatePost answered %v for a post it stored with its job", err)
+	}
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if got := holding(t, db, followers, p.ID); got != 3 {
+		t.Fatalf("%d followers hold the post, want 3", got)
+	}
+	if _, err := db.client.ZScore(ctx, globalKey, p.ID).Result(); err != nil {
+		t.Fatalf("the job did not list the post on the global timeline: %v", err)
+	}
+
+	// Redis forgot the script (a restart, a SCRIPT FLUSH): it is loaded
+	// again, and the post stored once.
+	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = posts.CreatePost(ctx, ada.ID, "after a flush")
+	if err != nil {
+		t.Fatalf("CreatePost after SCRIPT FLUSH: %v", err)
+	}
+	if got := zsetIDs(t, db, postsKey(ada.ID)); got[len(got)-1] != p.ID || slices.Contains(got[:len(got)-1], p.ID) {
+		t.Fatalf("ada's posts = %v, want %s once, last", got, p.ID)
+	}
+	drainFanOut(t, db)
+
+	// Redis refuses the step (the stream is a string, or the script
+	// cannot be loaded): nothing is written.
+	before := zsetIDs(t, db, postsKey(ada.ID))
+	postKeys := func() int {
+		t.Helper()
+		keys, err := redistest.Keys(ctx, db.client, postKey(ada.ID, "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	}
+	keysBefore := postKeys()
+	refused := func(why string) {
+		t.Helper()
+		if p, err := posts.CreatePost(ctx, ada.ID, "refused"); err == nil {
+			t.Fatalf("%s: CreatePost stored %s", why, p.ID)
+		}
+		if got := zsetIDs(t, db, postsKey(ada.ID)); !slices.Equal(got, before) {
+			t.Fatalf("%s: ada's posts = %v, want %v", why, got, before)
+		}
+		if n := postKeys(); n != keysBefore {
+			t.Fatalf("%s: %d post hashes, want %d", why, n, keysBefore)
+		}
+	}
+	if err := db.client.Set(ctx, fanoutStreamKey(shard), "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refused("the stream is a string")
+	if err := db.client.Del(ctx, fanoutStreamKey(shard)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	db.client.AddHook(failScriptLoad{})
+	script := db.pub(createPostOneRedisScript)
+	scriptLoads.Delete(script)
+	t.Cleanup(func() { scriptLoads.Delete(script) })
+	refused("the script cannot be loaded")
+	if n := queuedJobs(t, db); n != 0 {
+		t.Fatalf("%d jobs queued for refused posts", n)
 	}
 }

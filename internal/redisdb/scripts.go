@@ -53,6 +53,28 @@ func runScripts(ctx context.Context, c redis.UniversalClient, fill func(redis.Pi
 	}
 }
 
+// runScript runs one script by EVALSHA, as runScripts runs a pipeline of
+// them, without the pipeline: for a request that waits on that script
+// alone, go-redis's pipeline costs allocations and CPU for nothing. The
+// script is loaded at its first use, and again, and run once more, when
+// Redis answers NOSCRIPT (then it ran nothing).
+func runScript(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	for attempt := 0; ; attempt++ {
+		if _, ok := scriptLoads.Load(script); !ok || attempt > 0 {
+			if err := script.Load(ctx, c).Err(); err != nil {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetErr(err)
+				return cmd
+			}
+			scriptLoads.Store(script, struct{}{})
+		}
+		cmd := script.EvalSha(ctx, c, keys, args...)
+		if attempt > 0 || !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			return cmd
+		}
+	}
+}
+
 // pubScript is a Lua script that announces what it wrote on a timeline
 // channel, in the two forms of Redis pub/sub: classic PUBLISH, and the
 // sharded SPUBLISH of Redis 7 that a cluster needs (see DB.sharded). Its

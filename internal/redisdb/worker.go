@@ -117,11 +117,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil {
 			pause = 0
 			if n == 0 {
+				waited := watch.waiting()
 				select {
 				case <-ctx.Done():
 				case <-news:
 				case <-time.After(w.opts.IdleLook):
 				}
+				waited()
 			}
 			continue
 		}
@@ -269,7 +271,7 @@ func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, err
 	for i, m := range msgs {
 		// A job cut short by ctx stays pending, with its cursor saved, for
 		// another worker to take over; so do the rest of this batch.
-		if err := w.run(ctx, shard, m); err != nil {
+		if err := w.run(ctx, shard, m, claim); err != nil {
 			return i, err
 		}
 	}
@@ -297,10 +299,21 @@ func (w *Worker) ensureGroup(ctx context.Context, shard int) (bool, error) {
 // XREAD on a stream that does not exist yet answers as soon as an XADD
 // creates it, so the first job ever is run at once too, and an idle Warble
 // writes nothing.
+//
+// The watch reads only while a worker of the process waits for news: while
+// all of them are busy, which is when jobs come fastest, a read for every
+// few jobs would wake no one, so the watch pauses, and reads on from the
+// last entry it saw once a worker waits, which answers at once for the
+// entries queued meanwhile. A worker takes its news channel before it
+// looks for jobs and waits on it after, so a job queued in between closes
+// the channel it waits on, whether the watch read it before or after the
+// pause.
 type jobWatch struct {
 	mu      sync.Mutex
 	users   int
 	signal  chan struct{} // closed, and replaced, when jobs may have come
+	idle    int           // workers waiting for news
+	resume  chan struct{} // closed, and replaced, when a worker starts waiting
 	stop    context.CancelFunc
 	stopped chan struct{}
 }
@@ -315,7 +328,7 @@ func (j *jobWatch) acquire(db *DB) *jobWatch {
 	defer j.mu.Unlock()
 	if j.users++; j.users == 1 {
 		ctx, cancel := context.WithCancel(context.Background())
-		j.signal, j.stop, j.stopped = make(chan struct{}), cancel, make(chan struct{})
+		j.signal, j.resume, j.stop, j.stopped = make(chan struct{}), make(chan struct{}), cancel, make(chan struct{})
 		go j.run(ctx, db, j.stopped)
 	}
 	return j
@@ -341,6 +354,39 @@ func (j *jobWatch) news() <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.signal
+}
+
+// waiting counts a worker as waiting for news until the func it returns
+// is called.
+func (j *jobWatch) waiting() func() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.idle++; j.idle == 1 {
+		close(j.resume)
+		j.resume = make(chan struct{})
+	}
+	return func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.idle--
+	}
+}
+
+// untilWaited returns when a worker waits for news, or false when ctx ends
+// first.
+func (j *jobWatch) untilWaited(ctx context.Context) bool {
+	j.mu.Lock()
+	idle, resume := j.idle, j.resume
+	j.mu.Unlock()
+	if idle > 0 {
+		return true
+	}
+	select {
+	case <-resume:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (j *jobWatch) wake() {
@@ -372,7 +418,7 @@ func (j *jobWatch) watch(ctx context.Context, db *DB, client redis.UniversalClie
 	// so this wakes the workers once for those, then follows new ones.
 	last := "0-0"
 	pause := time.Duration(0)
-	for ctx.Err() == nil {
+	for j.untilWaited(ctx) {
 		streams, err := client.XRead(ctx, &redis.XReadArgs{
 			Streams: []string{fanoutStreamKey(shard), last}, Count: 100, Block: watchBlock,
 		}).Result()
@@ -456,19 +502,30 @@ func serverOptions(o *redis.Options, conns int) *redis.Options {
 }
 
 // run runs one job from its saved cursor to its end and acknowledges it.
-func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage) error {
+// Only a job taken over from another worker (claimed) can have a cursor:
+// one read new from the stream was never delivered to a worker, and a
+// cursor is saved only by the worker that holds the job (saveCursor), so
+// a new job starts at the start without a round trip to look. (Should its
+// group have been lost and made again from the stream's start, a job that
+// was under way is read as new and runs from the start, which delivers
+// nothing twice.)
+func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed bool) error {
 	j, ok := parseJob(shard, m)
 	if !ok {
 		w.db.log.ErrorContext(ctx, "fan-out job malformed; dropped", "id", m.ID, "values", m.Values)
 		return w.finish(ctx, shard, m.ID)
 	}
 	from := startCursor
-	saved, err := w.db.client.Get(ctx, fanoutCursorKey(shard, j.id)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("read cursor of fan-out job %s: %w", j.id, err)
-	} else if err == nil {
-		if from, ok = parseFollowerCursor(saved); !ok {
-			return fmt.Errorf("fan-out job %s: malformed cursor %q", j.id, saved)
+	var err error
+	if claimed {
+		var saved string
+		saved, err = w.db.client.Get(ctx, fanoutCursorKey(shard, j.id)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read cursor of fan-out job %s: %w", j.id, err)
+		} else if err == nil {
+			if from, ok = parseFollowerCursor(saved); !ok {
+				return fmt.Errorf("fan-out job %s: malformed cursor %q", j.id, saved)
+			}
 		}
 	}
 	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
