@@ -2,6 +2,7 @@ package graph
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime"
@@ -82,17 +83,7 @@ func (getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 
 	opCtx, errs := exec.CreateOperationContext(r.Context(), raw)
 	if errs != nil {
-		status := http.StatusOK
-		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			// Parse and validation errors: 422 in application/json, 400
-			// in application/graphql-response+json, as its spec says.
-			status = http.StatusUnprocessableEntity
-			if media == mediaGraphQLResponse {
-				status = http.StatusBadRequest
-			}
-		}
-		w.WriteHeader(status)
-		writeJSON(w, exec.DispatchError(graphql.WithOperationContext(r.Context(), opCtx), errs))
+		refuseOperation(r.Context(), w, exec, opCtx, errs, media)
 		return
 	}
 	if opCtx.Operation.Operation != ast.Query {
@@ -126,6 +117,23 @@ func responseMedia(accept string) string {
 		}
 	}
 	return mediaGraphQLResponse
+}
+
+// refuseOperation answers an operation that could not be made (errs from
+// CreateOperationContext). Parse and validation errors are 422 in
+// application/json and 400 in application/graphql-response+json, as its
+// spec says; the others (an over-complex query, say) are 200.
+func refuseOperation(ctx context.Context, w http.ResponseWriter, exec graphql.GraphExecutor,
+	opCtx *graphql.OperationContext, errs gqlerror.List, media string) {
+	status := http.StatusOK
+	if errcode.GetErrorKind(errs) == errcode.KindProtocol {
+		status = http.StatusUnprocessableEntity
+		if media == mediaGraphQLResponse {
+			status = http.StatusBadRequest
+		}
+	}
+	w.WriteHeader(status)
+	writeJSON(w, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
 }
 
 // postTransport serves queries and mutations over POST with a JSON body,
@@ -176,15 +184,7 @@ func (postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 
 	opCtx, errs := exec.CreateOperationContext(ctx, raw)
 	if errs != nil {
-		status := http.StatusOK
-		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			status = http.StatusUnprocessableEntity
-			if media == mediaGraphQLResponse {
-				status = http.StatusBadRequest
-			}
-		}
-		w.WriteHeader(status)
-		writeJSON(w, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs))
+		refuseOperation(ctx, w, exec, opCtx, errs, media)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, opCtx)
