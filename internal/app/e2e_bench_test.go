@@ -30,14 +30,7 @@ import (
 // Redis server's.
 func BenchmarkRequests(b *testing.B) {
 	s := newTestServer(b, func(c *Config) { c.RateLimitsOn = false })
-	reader := s.signup(b, "reader")
-	for i := range 5 {
-		author := s.signup(b, fmt.Sprintf("author%d", i))
-		s.follow(b, reader, author)
-		for j := range 5 {
-			s.post(b, author, fmt.Sprintf("post %d of %d", j, i))
-		}
-	}
+	reader := seedReader(b, s)
 	poster := s.signup(b, "poster")
 	for i := range 20 {
 		s.follow(b, s.signup(b, fmt.Sprintf("fan%d", i)), poster)
@@ -77,14 +70,7 @@ const homeQuery = `{ homeTimeline(first: 20) { edges { cursor node { id body cre
 // reading the same page directly.
 func BenchmarkHomePage(b *testing.B) {
 	s := newTestServer(b, func(c *Config) { c.RateLimitsOn = false })
-	reader := s.signup(b, "reader")
-	for i := range 5 {
-		author := s.signup(b, fmt.Sprintf("author%d", i))
-		s.follow(b, reader, author)
-		for j := range 5 {
-			s.post(b, author, fmt.Sprintf("post %d of %d", j, i))
-		}
-	}
+	reader := seedReader(b, s)
 	eventually(b, "the posts reach the reader", func() bool { return len(s.home(b, reader, 20).Edges) == 20 })
 
 	mem := startTestServer(b, s.redis, testConfig(b, func(c *Config) { c.RateLimitsOn = false; c.FanoutWorkers = 0 }), nil)
@@ -198,4 +184,18 @@ func redisCPU(b *testing.B, s *testServer) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// seedReader signs up a reader who follows five authors of five posts each,
+// and returns them: a home page of 20 posts by five authors.
+func seedReader(b *testing.B, s *testServer) testUser {
+	reader := s.signup(b, "reader")
+	for i := range 5 {
+		author := s.signup(b, fmt.Sprintf("author%d", i))
+		s.follow(b, reader, author)
+		for j := range 5 {
+			s.post(b, author, fmt.Sprintf("post %d of %d", j, i))
+		}
+	}
+	return reader
 }
