@@ -304,12 +304,19 @@ return 1
 // so a resumed job repeats at most the batches that were in flight.
 //
 // It stops, and takes the post back off the batches it delivered, once the
-// post's hash is gone: a delete raced this fan-out, and its own job may
+// post is deleted: a delete raced this fan-out, and its own job may
 // already have passed these followers. Each batch checks that in the same
 // pipeline, after its deliveries, and a job checks it before its first
 // batch, since a worker that died between a batch and its check left
 // batches in flight after its cursor. The package doc (doc.go) has the
-// whole argument.
+// whole argument. A post whose hash is gone may have moved to the archive
+// rather than been deleted (see deletedPost), and then the job goes on.
+//
+// Once the last batch has been delivered, after every batch before it,
+// the job clears the post's fanOutPendingField, which lets the archive's
+// mover take it: in the last batch's pipeline when no other batch is in
+// flight (a job of one batch, most of them), else in a round trip of its
+// own.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
 	seqText := strconv.FormatInt(seq, 10)
@@ -330,7 +337,14 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}, db.pub(listGlobalScript))
 	if err != nil {
 		return fmt.Errorf("list post %s: %w", postID, err)
-	} else if exists.Val() == 0 {
+	}
+	deleted := false
+	if exists.Val() == 0 {
+		if deleted, err = db.deletedPost(ctx, authorID, postID); err != nil {
+			return err
+		}
+	}
+	if deleted {
 		// A delete raced this job, whose global step may have run after
 		// the delete's.
 		if from == startCursor {
@@ -360,13 +374,18 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
 	if from == startCursor {
-		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil || pulled {
+		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil {
 			return err
+		} else if pulled {
+			// The global timeline was its one delivery.
+			return db.fannedOut(ctx, authorID, seqText, postID)
 		}
 	}
 
 	// deliver runs one batch: the deliveries, then whether the post still
-	// exists, in one pipeline.
+	// exists, in one pipeline, and with clear the end of the post's wait
+	// for its fan-out after that check (both in the post's slot, so in
+	// that order on a cluster too).
 	type result struct {
 		delivered int
 		gone      bool
@@ -376,10 +395,11 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		followers []string
 		next      followerCursor
 		last      bool
+		cleared   bool // its pipeline cleared fanOutPendingField
 		done      chan result
 	}
-	deliver := func(followers, at []string, next followerCursor, last bool) *inFlight {
-		b := &inFlight{followers: followers, next: next, last: last, done: make(chan result, 1)}
+	deliver := func(followers, at []string, next followerCursor, last, clear bool) *inFlight {
+		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
 		go func() {
 			var cmds []*redis.Cmd
 			var exists *redis.IntCmd
@@ -387,6 +407,9 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, at, next.buckets, seqText, postID, authorID, added, cutoff)
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
+				if clear {
+					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
+				}
 			}, db.deliveryScripts())
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
@@ -398,7 +421,14 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 					n += int(v)
 				}
 			}
-			b.done <- result{delivered: n, gone: exists.Val() == 0}
+			gone := false
+			if exists.Val() == 0 {
+				if gone, err = db.deletedPost(ctx, authorID, postID); err != nil {
+					b.done <- result{err: err}
+					return
+				}
+			}
+			b.done <- result{delivered: n, gone: gone}
 		}()
 		return b
 	}
@@ -424,7 +454,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			if err != nil {
 				return settle(err)
 			}
-			queue = append(queue, deliver(followers, at, next, last))
+			queue = append(queue, deliver(followers, at, next, last, last && len(queue) == 0))
 			pos, end = next, last
 		}
 		cur := queue[0]
@@ -441,6 +471,11 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			return settle(undo(cur.followers))
 		}
 		if cur.last {
+			if !cur.cleared {
+				if err := db.fannedOut(ctx, authorID, seqText, postID); err != nil {
+					return err
+				}
+			}
 			if batches > 1 {
 				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", walked,
 					"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
@@ -455,6 +490,46 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 			return settle(err)
 		}
 	}
+}
+
+// fannedOut clears a post's fanOutPendingField, for a job that has
+// delivered it everywhere, in a round trip of its own. A job that fails
+// here is run again, which delivers nothing twice.
+func (db *DB) fannedOut(ctx context.Context, authorID, seqText, postID string) error {
+	if err := db.client.HDel(ctx, postKey(authorID, seqText), fanOutPendingField).Err(); err != nil {
+		return fmt.Errorf("post %s fanned out: %w", postID, err)
+	}
+	return nil
+}
+
+// deletedPost reports whether a post whose hash a fan-out job found gone
+// was deleted, rather than moved to the archive. The mover takes a post
+// only once its job has cleared fanOutPendingField, but the job may run
+// again after that: its worker died before it acknowledged the job, or
+// the outbox sweep queued it twice. Without an archive a post's hash goes
+// only with a delete.
+//
+// It reads the author's archiveGoneKey first, and then the archive: a post
+// deleted before the read is noted there (deleteArchivedScript, or
+// deletePostScript during a move) until the mover has deleted its row, so
+// one or the other tells; one deleted after it was deleted after the
+// deliveries the job checked, and its delete job takes them off (doc.go).
+// A moved post's row was written before its hash went (see mover.go).
+func (db *DB) deletedPost(ctx context.Context, authorID, postID string) (bool, error) {
+	if db.opts.Archive == nil {
+		return true, nil
+	}
+	noted, err := db.client.SIsMember(ctx, archiveGoneKey(authorID), postID).Result()
+	if err != nil {
+		return false, fmt.Errorf("check whether post %s was deleted: %w", postID, err)
+	} else if noted {
+		return true, nil
+	}
+	archived, err := db.archived(ctx, postID)
+	if err != nil {
+		return false, fmt.Errorf("check whether post %s was deleted: %w", postID, err)
+	}
+	return !archived, nil
 }
 
 // fanOutDepth is how many batches of one fan-out are in flight at a time.

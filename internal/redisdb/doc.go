@@ -135,6 +135,17 @@
 // for a job that had not got past its start). So the post ends in no
 // timeline, whatever the order.
 //
+// With an archive, a hash also goes when the mover takes the post, which
+// is not a delete. The mover leaves a post in Redis while its job has not
+// delivered it (the post's hash is marked from its creating step until
+// the job's last batch, see mover.go), so a job normally never meets a
+// moved post. One that runs again after that (its worker died before it
+// acknowledged the job, or the sweep queued it twice) asks, for a hash it
+// finds gone, whether the post was deleted (deletedPost): noted in its
+// author's archiveGoneKey, or in neither Redis nor the archive. A check
+// that finds it moved and not deleted ran before any delete (D above),
+// so the argument holds with that check in place of the hash's.
+//
 // # A racing unfollow
 //
 // Once an unfollow has answered and the fan-out job of a post is done, the

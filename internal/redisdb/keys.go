@@ -135,8 +135,16 @@ func sessionsKey(userID string) string { return userKey(userID) + ":sessions" }
 func sessionKey(userID, sha string) string { return userKey(userID) + ":session:" + sha }
 
 // postKey is a HASH of one post, in its author's slot: w:u:{<author>}:p:<seq>.
-// Fields: body, createdAt (unix ms).
+// Fields: body, createdAt (unix ms), and fanOutPendingField while its
+// fan-out job has not delivered it.
 func postKey(authorID, seq string) string { return userKey(authorID) + ":p:" + seq }
+
+// fanOutPendingField marks a post hash whose fan-out job has not yet
+// delivered it: CreatePost sets it in the step that stores the post and
+// records its job, the job's last batch clears it, and the archive's
+// mover leaves the post, and every newer post of its author, in Redis
+// while it is there (see mover.go). Posts from before it have none.
+const fanOutPendingField = "fanout"
 
 // legacySessionKey is a HASH of one session made before tokens named their
 // user, keyed by the SHA-256 of its token in hex: w:session:<hash>. Fields:

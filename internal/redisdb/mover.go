@@ -28,6 +28,21 @@ import (
 // them again should this one die), moves what is due, and sets their next
 // time or drops them.
 //
+// A post moves only once its fan-out job has delivered it: CreatePost
+// marks its hash (fanOutPendingField) in the step that stores it and
+// records its job, and the job clears the mark after its last batch (see
+// fanOut). A job that found its post's hash gone took it for deleted, so
+// a post moved before its job ran left the global timeline and reached no
+// follower. A mover therefore moves an author's oldest posts up to the
+// first one still marked and keeps that one and every newer one, so that
+// Redis still holds an author's newest posts and the archive the older
+// ones, with no gap between (user pages read them so); the author is due
+// again moveWaitRetry later. moveScript refuses a marked post and every
+// post after it, too. Posts from before the mark have none and move as
+// they did. A job that runs again after the mover took its post, as when
+// its worker died after the mark was cleared, tells the move from a
+// delete by the archive (deletedPost).
+//
 // A move of a batch, and why it loses and duplicates nothing whenever a
 // process dies:
 //
@@ -75,6 +90,10 @@ import (
 // past it the author is due again at once. A claim, like the moving lock,
 // lasts Options.MoveLease.
 const moveBatchesPerClaim = 10
+
+// moveWaitRetry is how soon an author is due again when a post of theirs
+// that is due waits for its fan-out job.
+const moveWaitRetry = time.Second
 
 // moveBatchTimeout bounds one batch of a move once it has the author's
 // lock, whatever its worker's context says.
@@ -154,7 +173,9 @@ return {redis.call('ZCARD', KEYS[1]), ids, left or '0'}
 
 // moveScript removes from Redis the posts a mover has written to the
 // archive, those still there as they were read, and counts them as
-// archived. If no deleted post awaits the mover (archiveGoneKey), the move
+// archived. It stops at a post that awaits its fan-out (read unmarked, so
+// never in practice: the mark is set only with the post), so that what it
+// leaves in Redis is still the author's newest posts. If no deleted post awaits the mover (archiveGoneKey), the move
 // ends: it clears movingUpTo and lets the author go.
 //
 // KEYS[1] -> w:u:{<author>}:posts
@@ -174,7 +195,11 @@ end
 local moved = 0
 for i = 5, #KEYS do
 	local j = 2 * (i - 4)
-	if redis.call('HGET', KEYS[i], 'createdAt') == ARGV[j + 1] then
+	local post = redis.call('HMGET', KEYS[i], 'createdAt', 'fanout')
+	if post[2] then
+		break
+	end
+	if post[1] == ARGV[j + 1] then
 		redis.call('DEL', KEYS[i])
 		redis.call('ZREM', KEYS[1], ARGV[j])
 		moved = moved + 1
@@ -368,7 +393,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 		if !ok {
 			continue
 		}
-		fields[i] = pipe.HMGet(ctx, postKey(authorID, seq), "body", "createdAt")
+		fields[i] = pipe.HMGet(ctx, postKey(authorID, seq), "body", "createdAt", fanOutPendingField)
 	}
 	if pipe.Len() > 0 {
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -384,6 +409,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	var posts []*warble.Post
 	var createdAts []string
 	var keptAt int64     // createdAt of the oldest post kept, unix ms; 0 if none
+	var waiting bool     // a post due waits for its fan-out, and so do the newer ones
 	var orphans []string // posts kept in Redis that a dead mover may have written
 	for i, id := range ids {
 		if fields[i] == nil {
@@ -397,9 +423,11 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 		}
 		ms, _ := strconv.ParseInt(at, 10, 64)
 		seq, _ := postSeq(id)
-		if keptAt > 0 || i >= over && ms >= cutoff {
+		due := i < over || ms < cutoff
+		pending := vals[2] != nil
+		if keptAt > 0 || !due || pending {
 			if keptAt == 0 {
-				keptAt = ms
+				keptAt, waiting = ms, due
 			}
 			if seq > left {
 				break
@@ -461,6 +489,10 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 
 	r := moveResult{moved: int(moved)}
 	switch {
+	case waiting:
+		// Its job may be behind a backlog: the author is due again soon,
+		// not at once.
+		r.nextDue = now.Add(moveWaitRetry).UnixMilli()
 	case len(posts) > 0 && len(posts) == len(ids) && len(ids) == batch:
 		// The whole batch was due: the next one may be too.
 		r.more, r.nextDue = true, now.UnixMilli()

@@ -27,15 +27,22 @@ var _ warble.PostService = (*PostService)(nil)
 var errPostNotFound = warble.Errorf(warble.ENOTFOUND, "Post not found.")
 
 // storePostLua defines storePost(post, posts, home, seq, id, body,
-// createdAt, homeCap, userChannel, homeChannel, msg), which stores a post
-// and puts it on its author's own timelines, then announces it there, and
-// returns how many posts the author has in Redis now, which tells whether
-// they are due for the archive's mover (see mover.go). Both forms of
+// createdAt, homeCap, userChannel, homeChannel, msg, job), which stores a
+// post and puts it on its author's own timelines, then announces it there,
+// and returns how many posts the author has in Redis now, which tells
+// whether they are due for the archive's mover (see mover.go). With job
+// (a fan-out job is recorded in the same step) the post is marked as
+// awaiting its fan-out (fanOutPendingField), which keeps the mover from
+// taking it to the archive before its job has delivered it. Both forms of
 // CreatePost's atomic step run it: createPostScript and, on one Redis,
 // createPostOneRedisScript.
 const storePostLua = `
-local function storePost(post, posts, home, seq, id, body, createdAt, homeCap, userChannel, homeChannel, msg)
-	redis.call('HSET', post, 'body', body, 'createdAt', createdAt)
+local function storePost(post, posts, home, seq, id, body, createdAt, homeCap, userChannel, homeChannel, msg, job)
+	if job then
+		redis.call('HSET', post, 'body', body, 'createdAt', createdAt, 'fanout', '1')
+	else
+		redis.call('HSET', post, 'body', body, 'createdAt', createdAt)
+	end
 	redis.call('ZADD', posts, seq, id)
 	addCapped(home, homeCap, seq, id)
 	redis.call('PUBLISH', userChannel, msg)
@@ -72,7 +79,7 @@ var createPostScript = newPubScript(addCappedLua + storePostLua + `
 if ARGV[9] ~= '' then
 	redis.call('ZADD', KEYS[4], ARGV[4], ARGV[9])
 end
-return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9] ~= '')
 `)
 
 // createPostOneRedisScript is the whole of CreatePost's writes on one
@@ -111,7 +118,7 @@ var createPostOneRedisScript = newPubScript(addCappedLua + listGlobalLua + store
 if ARGV[9] ~= '' then
 	redis.call('XADD', KEYS[4], '*', 'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2])
 end
-local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8])
+local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9] ~= '')
 local function failure(ok, err)
 	if ok then
 		return ''
