@@ -191,7 +191,8 @@
 // timeline, and on one Redis fan-out goes on adding the author's new ones
 // too, for as long as the followers side lists the follower; the client,
 // which got an error, unfollows again, and that unfollow's (3) takes them
-// all off.
+// all off. A client that hangs up is no crash: once the truth is written,
+// Follow and Unfollow run to their end without its context.
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or

@@ -234,6 +234,11 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 		return warble.Errorf(warble.EINVALID,
 			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
 	}
+	// The truth is written: the rest runs to its end even if the client
+	// hangs up, since a followers side left listing a follower the truth
+	// has since lost (a racing unfollow) would get them every new post on
+	// one Redis, whose fan-out believes it (doc.go, "A racing unfollow").
+	ctx = context.WithoutCancel(ctx)
 	written, err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1]))
 	if err != nil {
 		return err
@@ -263,6 +268,9 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 	if err != nil {
 		return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
 	}
+	// As in Follow: once the truth is written, a client that hangs up
+	// must not leave the followers side listing the follower.
+	ctx = context.WithoutCancel(ctx)
 	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
 		return err
 	}

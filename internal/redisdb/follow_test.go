@@ -1176,3 +1176,92 @@ func BenchmarkFindCommonFollowers(b *testing.B) {
 		}
 	})
 }
+
+// cancelAfterCommand is a go-redis hook that cancels a request's context
+// once a command it matches has succeeded, as a client that hangs up at
+// that moment does, after running before (if set) ahead of that command.
+type cancelAfterCommand struct {
+	match  func(args []any) bool
+	before func()
+	cancel context.CancelFunc
+	fired  atomic.Bool
+}
+
+func (h *cancelAfterCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cancelAfterCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *cancelAfterCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		hit := !h.fired.Load() && h.match(cmd.Args())
+		if hit && h.before != nil {
+			h.before()
+		}
+		err := next(ctx, cmd)
+		if hit && err == nil && h.fired.CompareAndSwap(false, true) {
+			h.cancel()
+		}
+		return err
+	}
+}
+
+// TestFollowCutShortByItsClient: a Follow or an Unfollow whose client
+// hangs up once its first step (the following set, the truth) is written
+// still makes the followers side agree with the truth, so that fan-out on
+// one Redis, which believes the followers side, delivers the followee's
+// next post to no one who does not follow: for the Unfollow, its client
+// hangs up right after the following set; for the Follow, an unfollow
+// takes the truth back while the follow writes the followers side, and
+// its client hangs up before it reads the truth again.
+func TestFollowCutShortByItsClient(t *testing.T) {
+	for _, tc := range []string{"Unfollow", "FollowRacingUnfollow"} {
+		t.Run(tc, func(t *testing.T) {
+			db := newTestDB(t, Options{})
+			ada, bob := mustSignup(t, db, "ada").ID, mustSignup(t, db, "bob").ID
+			follows := NewFollowService(db)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hook := &cancelAfterCommand{cancel: cancel}
+			var err error
+			if tc == "Unfollow" {
+				mustFollow(t, db, bob, ada)
+				hook.match = func(args []any) bool {
+					return len(args) == 3 && args[0] == "zrem" && args[1] == followingKey(bob) && args[2] == ada
+				}
+				db.client.AddHook(hook)
+				err = follows.Unfollow(ctx, bob, ada)
+			} else {
+				// The follow's write of ada's followers, which adds bob.
+				hook.match = func(args []any) bool {
+					name, _ := args[0].(string)
+					return (name == "evalsha" || name == "eval") && len(args) > 6 &&
+						args[3] == followersKey(ada) && args[5] == bob && args[6] != ""
+				}
+				hook.before = func() {
+					// The racing unfollow: its following set, as it
+					// writes it first.
+					if err := db.client.ZRem(context.Background(), followingKey(bob), ada).Err(); err != nil {
+						t.Error(err)
+					}
+				}
+				db.client.AddHook(hook)
+				err = follows.Follow(ctx, bob, ada)
+			}
+			if !hook.fired.Load() {
+				t.Fatal("the client never hung up")
+			}
+			t.Logf("%s whose client hung up: %v", tc, err)
+			p := mustCreatePost(t, db, ada, "after the cut")
+			for _, id := range home(t, db, bob) {
+				if strings.HasPrefix(id, ada+":") {
+					t.Errorf("bob, who does not follow ada, holds %s (post %s) in his home timeline", id, p.ID)
+				}
+			}
+			if _, err := db.client.ZScore(context.Background(), followingKey(bob), ada).Result(); err != redis.Nil {
+				t.Fatalf("bob follows ada in the end (%v): the test makes no case", err)
+			}
+		})
+	}
+}
