@@ -37,8 +37,8 @@ import (
 // first one still marked and keeps that one and every newer one, so that
 // Redis still holds an author's newest posts and the archive the older
 // ones, with no gap between (user pages read them so); the author is due
-// again moveWaitRetry later. moveScript refuses a marked post and every
-// post after it, too. Posts from before the mark have none and move as
+// again moveWaitRetry later, for at most moveWaitMax after the post was
+// made. moveScript refuses a marked post and every post after it, too. Posts from before the mark have none and move as
 // they did. A job that runs again after the mover took its post, as when
 // its worker died after the mark was cleared, tells the move from a
 // delete by the archive (deletedPost).
@@ -94,6 +94,13 @@ const moveBatchesPerClaim = 10
 // moveWaitRetry is how soon an author is due again when a post of theirs
 // that is due waits for its fan-out job.
 const moveWaitRetry = time.Second
+
+// moveWaitMax is how long a mover waits for a post's fan-out job: a mark
+// older than that is taken for one its job will never clear (a worker of a
+// version before the mark ran the job, during a rolling upgrade), and the
+// post moves. Its job, should it run after all, finds it in the archive
+// (deletedPost), at the cost of an archive read per batch.
+const moveWaitMax = 10 * time.Minute
 
 // moveBatchTimeout bounds one batch of a move once it has the author's
 // lock, whatever its worker's context says.
@@ -411,6 +418,8 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	var keptAt int64     // createdAt of the oldest post kept, unix ms; 0 if none
 	var waiting bool     // a post due waits for its fan-out, and so do the newer ones
 	var orphans []string // posts kept in Redis that a dead mover may have written
+	var stale []string   // marks older than moveWaitMax on posts that move
+	waitFrom := now.Add(-moveWaitMax).UnixMilli()
 	for i, id := range ids {
 		if fields[i] == nil {
 			continue
@@ -424,7 +433,7 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 		ms, _ := strconv.ParseInt(at, 10, 64)
 		seq, _ := postSeq(id)
 		due := i < over || ms < cutoff
-		pending := vals[2] != nil
+		pending := vals[2] != nil && ms >= waitFrom
 		if keptAt > 0 || !due || pending {
 			if keptAt == 0 {
 				keptAt, waiting = ms, due
@@ -434,6 +443,9 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 			}
 			orphans = append(orphans, id)
 			continue
+		}
+		if vals[2] != nil {
+			stale = append(stale, postKey(authorID, strconv.FormatInt(seq, 10)))
 		}
 		posts = append(posts, &warble.Post{ID: id, AuthorID: authorID, Body: body, CreatedAt: time.UnixMilli(ms).UTC(), Seq: seq})
 		createdAts = append(createdAts, at)
@@ -456,6 +468,18 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 	}
 	db.moveStage("saved")
 
+	if len(stale) > 0 {
+		// moveScript stops at a mark. Only CreatePost sets one, so none
+		// comes back once cleared.
+		pipe := db.client.Pipeline()
+		for _, key := range stale {
+			pipe.HDel(ctx, key, fanOutPendingField)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			db.unlockMove(ctx, authorID, token)
+			return moveResult{}, fmt.Errorf("move posts of %s: clear stale fan-out marks: %w", authorID, err)
+		}
+	}
 	keys := []string{postsKey(authorID), userKey(authorID), movingKey(authorID), archiveGoneKey(authorID)}
 	args := []any{token}
 	for i, p := range posts {

@@ -101,3 +101,44 @@ func TestFanOutAgainAfterTheMove(t *testing.T) {
 		t.Errorf("bob's home reads %v, want %v", got, reversed(want))
 	}
 }
+
+// TestMoverWaitIsBounded: a post whose mark its job never clears (a worker
+// of the previous version, which knows no mark, ran the job during a
+// rolling upgrade) does not keep its author's posts in Redis for ever: once
+// the mark is older than moveWaitMax, the post moves with the rest, and a
+// job that runs again then finds it in the archive (deletedPost).
+func TestMoverWaitIsBounded(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db, store := newArchiveTestDB(t, Options{AsyncFanOut: true, PullThreshold: -1, PostsInRedis: 1, Now: clock.Now})
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	mustFollow(t, db, bob.ID, ada.ID)
+	var posts []*warble.Post
+	for i := range 3 {
+		posts = append(posts, mustPost(t, db, ada.ID, "its job ran "+strconv.Itoa(i)))
+	}
+	drainFanOut(t, db)
+	// The job of the oldest ran on a worker that left its mark.
+	_, seq, _ := splitPostID(posts[0].ID)
+	if err := db.client.HSet(ctx, postKey(ada.ID, seq), fanOutPendingField, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := drainMoves(t, db); n != 0 {
+		t.Errorf("the mover moved %d posts behind a fresh mark, want 0", n)
+	}
+	clock.Add(moveWaitMax + time.Minute)
+	if n := drainMoves(t, db); n != 2 {
+		t.Errorf("the mover moved %d posts once the mark was older than moveWaitMax, want 2", n)
+	}
+	if got, want := archivedIDs(t, store), idsOf(posts[:2]); !slices.Equal(got, want) {
+		t.Errorf("archive holds %v, want %v", got, want)
+	}
+	if err := db.queueJob(ctx, opDeliver, posts[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if got := zsetIDs(t, db, homeKey(bob.ID)); !slices.Equal(got, idsOf(posts)) {
+		t.Errorf("bob's home after the job ran again = %v, want %v", got, idsOf(posts))
+	}
+}
