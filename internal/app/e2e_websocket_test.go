@@ -60,22 +60,26 @@ func TestIdleSubscriptionsHoldNoGoroutine(t *testing.T) {
 // TestWebsocketDuplicateOperationID: graphql-transport-ws closes a
 // connection that starts an operation under an id already running with
 // 4409; the legacy protocol replaces the operation, as its servers did.
+// An id too long for the close frame's reason (a control frame carries at
+// most 125 bytes) still gets its 4409.
 func TestWebsocketDuplicateOperationID(t *testing.T) {
 	s := newTestServer(t)
 	u := s.signup(t, "dup")
 	after := s.syncCursor(t, u)
 	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
-	c := s.connect(t, protoTransportWS, "")
-	c.subscribe("g", sub, map[string]any{"a": after})
-	c.subscribe("g", sub, map[string]any{"a": after})
-	for {
-		_, err := c.read(readTimeout)
-		if err != nil {
-			var ce *websocket.CloseError
-			if !errors.As(err, &ce) || ce.Code != 4409 {
-				t.Fatalf("after a duplicate id: %v, want close 4409", err)
+	for _, opID := range []string{"g", strings.Repeat("é", 200)} {
+		c := s.connect(t, protoTransportWS, "")
+		c.subscribe(opID, sub, map[string]any{"a": after})
+		c.subscribe(opID, sub, map[string]any{"a": after})
+		for {
+			_, err := c.read(readTimeout)
+			if err != nil {
+				var ce *websocket.CloseError
+				if !errors.As(err, &ce) || ce.Code != 4409 {
+					t.Fatalf("after a duplicate id of %d bytes: %v, want close 4409", len(opID), err)
+				}
+				break
 			}
-			break
 		}
 	}
 
