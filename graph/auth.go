@@ -149,6 +149,11 @@ func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Sess
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if ctx.Err() != nil {
+			// The connection ended during the check, and stopped the
+			// timer already: setting it again would check forever.
+			return
+		}
 		timer.Reset(time.Until(at))
 	}
 	mu.Lock()
