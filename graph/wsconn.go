@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -438,6 +439,17 @@ func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) 
 		op.cancel()
 		c.close(closeDuplicateID, "Subscriber for "+id+" already exists")
 		return false
+	}
+	if old == nil && len(c.ops) >= MaxWebsocketOperations {
+		c.mu.Unlock()
+		op.cancel()
+		// The client hears why this one did not start, and may start it
+		// once another ends.
+		c.sendErrors(id, gqlerror.List{{
+			Message:    fmt.Sprintf("A websocket runs at most %d operations at once: complete one first.", MaxWebsocketOperations),
+			Extensions: map[string]any{"code": CodeBadUserInput},
+		}})
+		return true
 	}
 	if old != nil {
 		c.remove(old)

@@ -2,11 +2,14 @@ package app
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/warble/warble/graph"
 )
 
 // TestIdleSubscriptionsHoldNoGoroutine opens many sockets with two
@@ -167,5 +170,44 @@ func TestHubCloseCompletesSubscriptions(t *testing.T) {
 				completed[m.ID] = true
 			}
 		})
+	}
+}
+
+// TestWebsocketOperationLimit: a websocket runs at most
+// graph.MaxWebsocketOperations operations at once, so that one socket,
+// past the handshake's rate limit, cannot hold subscriptions without end.
+// One more is refused with an error message and BAD_USER_INPUT, the socket
+// stays open, and once an operation ends another may start.
+func TestWebsocketOperationLimit(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "many")
+	const sub = `subscription { globalTimeline { ` + eventFields + ` } }`
+	for _, proto := range protocols {
+		c := s.connect(t, proto, "")
+		for i := range graph.MaxWebsocketOperations {
+			c.subscribe(strconv.Itoa(i), sub, nil)
+		}
+		c.subscribe("one more", sub, nil)
+		m := c.next()
+		if m.Type != "error" || m.ID != "one more" || !strings.Contains(string(m.Payload), `"BAD_USER_INPUT"`) {
+			t.Fatalf("%s: operation %d got %s %s %s, want an error with BAD_USER_INPUT", proto, graph.MaxWebsocketOperations+1, m.Type, m.ID, m.Payload)
+		}
+		c.stop("0")
+		if m := c.next(); m.Type != "complete" || m.ID != "0" {
+			t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+		}
+		c.subscribe("again", sub, nil)
+		id := s.post(t, u, "to every subscription of "+proto)
+		seen := map[string]bool{}
+		for len(seen) < graph.MaxWebsocketOperations {
+			ev := c.next()
+			if ev.Type != "next" && ev.Type != "data" || !strings.Contains(string(ev.Payload), id) || ev.ID == "0" {
+				t.Fatalf("%s: got %s %s %s, want post %s on each running subscription", proto, ev.Type, ev.ID, ev.Payload, id)
+			}
+			seen[ev.ID] = true
+		}
+		if !seen["again"] {
+			t.Fatalf("%s: the subscription started after one stopped got no event", proto)
+		}
 	}
 }
