@@ -122,6 +122,14 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 					forbid()
 				}
 			})
+			// A logout between authenticate and the watch was announced
+			// before the connection listened: the session is read again
+			// now that a revocation would be heard.
+			if _, err := auth.SessionExpiry(authCtx, sess.TokenHash); warble.ErrorCode(err) == warble.EUNAUTHENTICATED {
+				return ctx, &initRefusal{code: closeForbidden, reason: "Forbidden", message: warble.ErrorMessage(err)}
+			} else if err != nil {
+				return ctx, &initRefusal{code: closeTryAgainLater, reason: "Try again later", message: warble.ErrorMessage(err)}
+			}
 		}
 		endAtExpiry(authCtx, auth, sess, forbid)
 		return authCtx, nil

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,5 +45,39 @@ func TestExpiryCheckEndsWithItsConnection(t *testing.T) {
 	}
 	if expired.Load() {
 		t.Fatal("a connection that ended was expired")
+	}
+}
+
+// loggingOutAuth is the real AuthService, except that a logout of the
+// session lands right after Authenticate has found it valid.
+type loggingOutAuth struct{ *redisdb.AuthService }
+
+func (a loggingOutAuth) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
+	u, s, err := a.AuthService.Authenticate(ctx, token)
+	if err == nil {
+		err = a.Logout(ctx, s)
+	}
+	return u, s, err
+}
+
+// A session logged out while its websocket authenticates, after the token
+// was checked and before the connection listens for revocations, is
+// refused with 4403: the announcement came before anyone here listened,
+// and the socket would otherwise have lived on with it until its expiry.
+func TestWebsocketInitRefusesSessionRevokedMeanwhile(t *testing.T) {
+	db := redisdb.NewDB(redistest.New(t).Client(t), redisdb.Options{})
+	hub := redisdb.NewHub(db)
+	t.Cleanup(func() { hub.Close() })
+	auth := redisdb.NewAuthService(db)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	signed, err := auth.Signup(ctx, warble.SignupInput{Username: "leaver", Password: "correct horse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = websocketInit(loggingOutAuth{auth}, hub)(ctx, map[string]any{"Authorization": "Bearer " + signed.Token})
+	var ir *initRefusal
+	if !errors.As(err, &ir) || ir.code != closeForbidden {
+		t.Fatalf("init of a session revoked meanwhile: %v, want a refusal with %d", err, closeForbidden)
 	}
 }
