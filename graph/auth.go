@@ -122,6 +122,14 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 					forbid()
 				}
 			})
+			// A logout between authenticate and the watch was announced
+			// before the connection listened: the session is read again
+			// now that a revocation would be heard.
+			if _, err := auth.SessionExpiry(authCtx, sess.TokenHash); warble.ErrorCode(err) == warble.EUNAUTHENTICATED {
+				return ctx, &initRefusal{code: closeForbidden, reason: "Forbidden", message: warble.ErrorMessage(err)}
+			} else if err != nil {
+				return ctx, &initRefusal{code: closeTryAgainLater, reason: "Try again later", message: warble.ErrorMessage(err)}
+			}
 		}
 		endAtExpiry(authCtx, auth, sess, forbid)
 		return authCtx, nil
@@ -149,6 +157,11 @@ func endAtExpiry(ctx context.Context, auth warble.AuthService, sess *warble.Sess
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if ctx.Err() != nil {
+			// The connection ended during the check, and stopped the
+			// timer already: setting it again would check forever.
+			return
+		}
 		timer.Reset(time.Until(at))
 	}
 	mu.Lock()

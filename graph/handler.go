@@ -25,6 +25,11 @@ const (
 	MaxTokens = 5000
 	// MaxWebsocketMessage bounds one websocket message from a client, in bytes.
 	MaxWebsocketMessage = 64 << 10
+	// MaxWebsocketOperations bounds the operations running at once on one
+	// websocket, each subscription a registration in the hub and, for a
+	// timeline no one else follows here, a Redis channel: the handshake's
+	// rate limit counts sockets, not what each one asks for.
+	MaxWebsocketOperations = 100
 )
 
 // HandlerConfig configures the GraphQL handler.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -255,7 +257,7 @@ func (c *wsConn) close(code int, reason string) {
 		code, reason = int(override), "Forbidden"
 	}
 	if code != 0 {
-		msg := websocket.FormatCloseMessage(code, reason)
+		msg := websocket.FormatCloseMessage(code, closeReason(reason))
 		c.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.t.writeTimeout()))
 	}
 	c.conn.Close()
@@ -267,6 +269,23 @@ func (c *wsConn) close(code int, reason string) {
 		op.finish(false)
 	}
 	c.cancel()
+}
+
+// closeReason cuts reason to what a close frame holds: a control frame
+// carries at most 125 bytes, 2 of them the code, and gorilla/websocket
+// sends no close frame at all for a longer one (4409's reason names the
+// client's id, which may be long). The cut falls between characters, as
+// the reason must be UTF-8.
+func closeReason(reason string) string {
+	const room = 123
+	if len(reason) <= room {
+		return reason
+	}
+	n := room
+	for n > 0 && !utf8.RuneStart(reason[n]) {
+		n--
+	}
+	return reason[:n]
 }
 
 func (c *wsConn) reportError(err error) {
@@ -420,6 +439,17 @@ func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) 
 		op.cancel()
 		c.close(closeDuplicateID, "Subscriber for "+id+" already exists")
 		return false
+	}
+	if old == nil && len(c.ops) >= MaxWebsocketOperations {
+		c.mu.Unlock()
+		op.cancel()
+		// The client hears why this one did not start, and may start it
+		// once another ends.
+		c.sendErrors(id, gqlerror.List{{
+			Message:    fmt.Sprintf("A websocket runs at most %d operations at once: complete one first.", MaxWebsocketOperations),
+			Extensions: map[string]any{"code": CodeBadUserInput},
+		}})
+		return true
 	}
 	if old != nil {
 		c.remove(old)

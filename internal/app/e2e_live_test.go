@@ -164,7 +164,8 @@ func TestWebsocketOriginCheck(t *testing.T) {
 	for origin, ok := range map[string]bool{
 		"https://app.example":  true,
 		"https://evil.example": false,
-		s.URL:                  true, // same origin
+		"null":                 false, // a sandboxed frame or a file: page
+		s.URL:                  true,  // same origin
 	} {
 		_, resp, err := s.dialWS(t, protoTransportWS, http.Header{"Origin": {origin}})
 		if ok && err != nil {

@@ -2,11 +2,14 @@ package app
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/warble/warble/graph"
 )
 
 // TestIdleSubscriptionsHoldNoGoroutine opens many sockets with two
@@ -60,22 +63,26 @@ func TestIdleSubscriptionsHoldNoGoroutine(t *testing.T) {
 // TestWebsocketDuplicateOperationID: graphql-transport-ws closes a
 // connection that starts an operation under an id already running with
 // 4409; the legacy protocol replaces the operation, as its servers did.
+// An id too long for the close frame's reason (a control frame carries at
+// most 125 bytes) still gets its 4409.
 func TestWebsocketDuplicateOperationID(t *testing.T) {
 	s := newTestServer(t)
 	u := s.signup(t, "dup")
 	after := s.syncCursor(t, u)
 	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
-	c := s.connect(t, protoTransportWS, "")
-	c.subscribe("g", sub, map[string]any{"a": after})
-	c.subscribe("g", sub, map[string]any{"a": after})
-	for {
-		_, err := c.read(readTimeout)
-		if err != nil {
-			var ce *websocket.CloseError
-			if !errors.As(err, &ce) || ce.Code != 4409 {
-				t.Fatalf("after a duplicate id: %v, want close 4409", err)
+	for _, opID := range []string{"g", strings.Repeat("é", 200)} {
+		c := s.connect(t, protoTransportWS, "")
+		c.subscribe(opID, sub, map[string]any{"a": after})
+		c.subscribe(opID, sub, map[string]any{"a": after})
+		for {
+			_, err := c.read(readTimeout)
+			if err != nil {
+				var ce *websocket.CloseError
+				if !errors.As(err, &ce) || ce.Code != 4409 {
+					t.Fatalf("after a duplicate id of %d bytes: %v, want close 4409", len(opID), err)
+				}
+				break
 			}
-			break
 		}
 	}
 
@@ -163,5 +170,57 @@ func TestHubCloseCompletesSubscriptions(t *testing.T) {
 				completed[m.ID] = true
 			}
 		})
+	}
+}
+
+// TestWebsocketOperationLimit: a websocket runs at most
+// graph.MaxWebsocketOperations operations at once, so that one socket,
+// past the handshake's rate limit, cannot hold subscriptions without end.
+// One more is refused with an error message and BAD_USER_INPUT, the socket
+// stays open, and once an operation ends another may start.
+func TestWebsocketOperationLimit(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "many")
+	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
+	for _, proto := range protocols {
+		// From a cursor, so that a subscription that starts after the
+		// post below still has it, replayed.
+		vars := map[string]any{"a": s.syncCursor(t, u)}
+		c := s.connect(t, proto, "")
+		// The next message but RESYNCs, which the hub may send any time
+		// (on a Redis Cluster, when its connection is made anew).
+		next := func() wsMessage {
+			for {
+				m := c.next()
+				if (m.Type != "next" && m.Type != "data") || !strings.Contains(string(m.Payload), `"RESYNC"`) {
+					return m
+				}
+			}
+		}
+		for i := range graph.MaxWebsocketOperations {
+			c.subscribe(strconv.Itoa(i), sub, vars)
+		}
+		c.subscribe("one more", sub, vars)
+		m := next()
+		if m.Type != "error" || m.ID != "one more" || !strings.Contains(string(m.Payload), `"BAD_USER_INPUT"`) {
+			t.Fatalf("%s: operation %d got %s %s %s, want an error with BAD_USER_INPUT", proto, graph.MaxWebsocketOperations+1, m.Type, m.ID, m.Payload)
+		}
+		c.stop("0")
+		if m := next(); m.Type != "complete" || m.ID != "0" {
+			t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+		}
+		c.subscribe("again", sub, vars)
+		id := s.post(t, u, "to every subscription of "+proto)
+		seen := map[string]bool{}
+		for len(seen) < graph.MaxWebsocketOperations {
+			ev := next()
+			if ev.Type != "next" && ev.Type != "data" || !strings.Contains(string(ev.Payload), id) || ev.ID == "0" {
+				t.Fatalf("%s: got %s %s %s, want post %s on each running subscription", proto, ev.Type, ev.ID, ev.Payload, id)
+			}
+			seen[ev.ID] = true
+		}
+		if !seen["again"] {
+			t.Fatalf("%s: the subscription started after one stopped got no event", proto)
+		}
 	}
 }
