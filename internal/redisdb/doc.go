@@ -169,9 +169,10 @@
 //
 // An unfollow that dies between (1) and (3) leaves the author's posts
 // delivered before its (1) in the home timeline, and fan-out adds none
-// after it; a later Follow's backfill or Unfollow of the pair takes them
-// off. A client that hangs up is no crash: once the truth is written,
-// Follow and Unfollow run to their end without its context.
+// after it; a racing Follow's backfill that finds the follow gone, or the
+// next Unfollow of the pair, takes them off. A client that hangs up is no
+// crash: once the truth is written, Follow and Unfollow run to their end
+// without its context.
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or
