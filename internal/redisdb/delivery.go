@@ -60,21 +60,22 @@ return 1
 
 // deliverBatchScript is deliverScript's guarded home-timeline step for many
 // followers in one call, for one Redis, where a script may touch the keys
-// of any slot it declares. Per follower it keeps deliverScript's
-// guarantees, each follower as atomically (a racing unfollow runs wholly
-// before or after the call), but the work that can be done once for the
-// batch is: the seen times are read with one MGET, whether each follower
-// still follows the author with a ZRANGE of the author's followers (the
-// one set or the follower buckets, whichever readers use now) over the
-// follow times the batch was read at, and who listens to the home channels
-// with one PUBSUB NUMSUB. Per follower there remain the capped add and,
-// for a follower listened to, the announce. The following set, the truth,
-// is read only for a follower that the followers side does not list (a
-// racing unfollow, or a follow whose write of the followers side is still
-// to come): that the followers side listing a follower is enough is argued
-// in doc.go ("A racing unfollow"). A Redis Cluster keeps
-// deliverScript, one call per follower, since followers' keys are in as
-// many slots as there are followers.
+// of any slot it declares. Per follower it does what deliverScript does, in
+// the same order and as atomically (a racing unfollow runs wholly before
+// or after the call), but without the cost of a script call per follower:
+// the seen times are read with one MGET and who listens to the home
+// channels with one PUBSUB NUMSUB, and only the follower's guard (the
+// author's score in their following set, the truth), the capped add and,
+// for a follower listened to, the announce are commands of their own. A
+// Redis Cluster keeps deliverScript, one call per follower, since
+// followers' keys are in as many slots as there are followers.
+//
+// The guard reads the following set, not the author's followers side,
+// which would cost less (one range read for the batch): the followers side
+// can list someone who does not follow (an unfollow that failed between
+// its steps, entries left by older versions), and fan-out believing it
+// would give them every new post of the author, with nothing to take them
+// off (BENCHMARKS.md, fan-out's second round).
 //
 // Announcing only on channels that have a subscriber is what PUBLISH does
 // anyway, decided in the same atomic step: a subscriber that arrives after
@@ -85,67 +86,28 @@ return 1
 // replica, which hears the master's PUBLISH: Warble's hub subscribes on the
 // server it writes to, never on a replica.
 //
-// KEYS[1] -> w:u:{<author>}, its followerBuckets field
-// KEYS[2 .. 1+g] -> the followers sets the batch's followers were read
-// from: w:u:{<author>}:followers, or the buckets w:fb:{<author>:<b>}
-// KEYS[1+g+3i-2], KEYS[1+g+3i-1], KEYS[1+g+3i] -> the home timeline,
-// following set and seen key of the i-th follower: w:u:{<follower>}:home,
-// …:following, …:seen
+// KEYS[3i-2], KEYS[3i-1], KEYS[3i] -> the home timeline, following set and
+// seen key of the i-th follower: w:u:{<follower>}:home, …:following, …:seen
 // ARGV[1] -> post seq
 // ARGV[2] -> post id
 // ARGV[3] -> author id
 // ARGV[4] -> the home timelines' cap
 // ARGV[5] -> the added message
 // ARGV[6] -> the inactive cutoff, unix ms (0: none)
-// ARGV[7] -> g
-// ARGV[8] -> where the followers were read: "" from the one set, else the
-// number of buckets
-// ARGV[8+3j-2], ARGV[8+3j-1], ARGV[8+3j], j in 1..g -> how many of the
-// followers, the next ones in order, were read from the j-th set (the walk
-// reads the buckets one after the other, so each set's followers are next
-// to each other), and the follow times of the first and the last of them
-// ARGV[8+3g+2i-1], ARGV[8+3g+2i] -> the i-th follower's id and home channel
+// ARGV[6+i] -> the i-th follower's home channel
 //
 // Returns how many of the followers it added the post for.
 var deliverBatchScript = newPubScript(addCappedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
-local g = tonumber(ARGV[7])
-local base, abase = 1 + g, 8 + 3 * g
-local n = (#KEYS - base) / 3
+local n = #KEYS / 3
 local seen = {}
 if cutoff > 0 then
 	local keys = {}
 	for i = 1, n do
-		keys[i] = KEYS[base + 3 * i]
+		keys[i] = KEYS[3 * i]
 	end
 	seen = redis.call('MGET', unpack(keys))
-end
--- listed[i]: the followers side lists the i-th follower now. Only if
--- readers still read the sets the followers were read from: a move into
--- buckets may have ended since, and the one set is gone then.
-local listed = {}
-local state = redis.call('HGET', KEYS[1], 'followerBuckets') or ''
-local bucketed = string.match(state, '^%d+$')
-if (ARGV[8] == '' and not bucketed) or (ARGV[8] ~= '' and bucketed and tonumber(state) == tonumber(ARGV[8])) then
-	-- The followers between the first and the last follow time of a run
-	-- are read in one range (the run itself, or a part of it if many
-	-- followers share a follow time; those past the range's limit are
-	-- looked up in their following set): one read of the author's set
-	-- rather than a lookup and a score per follower.
-	local first = 1
-	for j = 1, g do
-		local count = tonumber(ARGV[8 + 3 * j - 2])
-		local now = {}
-		for _, id in ipairs(redis.call('ZRANGE', KEYS[1 + j], ARGV[8 + 3 * j - 1], ARGV[8 + 3 * j],
-				'BYSCORE', 'LIMIT', 0, 2 * count)) do
-			now[id] = true
-		end
-		for i = first, first + count - 1 do
-			listed[i] = now[ARGV[abase + 2 * i - 1]]
-		end
-		first = first + count
-	end
 end
 local live = {}
 if redis.call('PUBSUB', 'NUMPAT') > 0 then
@@ -153,23 +115,18 @@ if redis.call('PUBSUB', 'NUMPAT') > 0 then
 		live[i] = true
 	end
 else
-	local channels = {}
-	for i = 1, n do
-		channels[i] = ARGV[abase + 2 * i]
-	end
-	local subs = redis.call('PUBSUB', 'NUMSUB', unpack(channels))
+	local subs = redis.call('PUBSUB', 'NUMSUB', unpack(ARGV, 7, 6 + n))
 	for i = 1, n do
 		live[i] = subs[2 * i] > 0
 	end
 end
 local added = 0
 for i = 1, n do
-	local k = base + 3 * i
-	if listed[i] or redis.call('ZSCORE', KEYS[k - 1], author) then
+	if redis.call('ZSCORE', KEYS[3 * i - 1], author) then
 		local s = seen[i]
-		if not (s and tonumber(s) < cutoff) and addCapped(KEYS[k - 2], cap, ARGV[1], ARGV[2]) == 1 then
+		if not (s and tonumber(s) < cutoff) and addCapped(KEYS[3 * i - 2], cap, ARGV[1], ARGV[2]) == 1 then
 			if live[i] then
-				redis.call('PUBLISH', ARGV[abase + 2 * i], msg)
+				redis.call('PUBLISH', ARGV[6 + i], msg)
 			end
 			added = added + 1
 		end
@@ -193,11 +150,8 @@ const deliverBatch = 250
 
 // queueDeliveries queues on pipe the guarded delivery of a post to the
 // home timelines of followers, and returns the commands whose integer
-// replies add up to how many it was delivered to. at are the followers'
-// follow times and buckets says where they were read, as followerChunk
-// found them: 0 from the author's one followers set, else from that many
-// buckets.
-func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers, at []string, buckets int,
+// replies add up to how many it was delivered to.
+func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers []string,
 	seqText, postID, authorID, added string, cutoff int64) []*redis.Cmd {
 	if db.onCluster() {
 		cmds := make([]*redis.Cmd, 0, len(followers))
@@ -207,40 +161,16 @@ func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followe
 		}
 		return cmds
 	}
-	where := ""
-	if buckets > 0 {
-		where = strconv.Itoa(buckets)
-	}
 	var cmds []*redis.Cmd
 	for len(followers) > 0 {
-		part, partAt := followers[:min(deliverBatch, len(followers))], at[:min(deliverBatch, len(followers))]
-		followers, at = followers[len(part):], at[len(part):]
-		// The sets the part was read from, each with how many of its
-		// followers in a row and their first and last follow times: the
-		// one set, or the buckets they are in (the walk reads the buckets
-		// one after the other, so a part spans a few at most).
-		var sets []string
-		var runs []any
-		for i, f := range part {
-			key := followersKey(authorID)
-			if buckets > 0 {
-				key = followerBucketKey(authorID, followerBucket(f, buckets))
-			}
-			if len(sets) > 0 && sets[len(sets)-1] == key {
-				runs[len(runs)-3] = runs[len(runs)-3].(int) + 1
-				runs[len(runs)-1] = partAt[i]
-			} else {
-				sets, runs = append(sets, key), append(runs, 1, partAt[i], partAt[i])
-			}
-		}
-		keys := make([]string, 0, 1+len(sets)+3*len(part))
-		keys = append(append(keys, userKey(authorID)), sets...)
-		args := make([]any, 0, 8+len(runs)+2*len(part))
-		args = append(args, seqText, postID, authorID, db.opts.HomeCap, added, cutoff, len(sets), where)
-		args = append(args, runs...)
+		part := followers[:min(deliverBatch, len(followers))]
+		followers = followers[len(part):]
+		keys := make([]string, 0, 3*len(part))
+		args := make([]any, 0, 6+len(part))
+		args = append(args, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)
 		for _, f := range part {
 			keys = append(keys, homeKey(f), followingKey(f), seenKey(f))
-			args = append(args, f, homeChannel(f))
+			args = append(args, homeChannel(f))
 		}
 		cmds = append(cmds, db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, args...))
 	}
@@ -398,14 +328,14 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		cleared   bool // its pipeline cleared fanOutPendingField
 		done      chan result
 	}
-	deliver := func(followers, at []string, next followerCursor, last, clear bool) *inFlight {
+	deliver := func(followers []string, next followerCursor, last, clear bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
 		go func() {
 			var cmds []*redis.Cmd
 			var exists *redis.IntCmd
 			cutoff := db.inactiveCutoff()
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-				cmds = db.queueDeliveries(ctx, pipe, followers, at, next.buckets, seqText, postID, authorID, added, cutoff)
+				cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
 				if clear {
 					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
@@ -450,11 +380,11 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}
 	for {
 		for len(queue) < fanOutDepth && !end {
-			followers, at, next, last, err := db.followerChunkAt(ctx, authorID, pos, batch)
+			followers, next, last, err := db.followerChunk(ctx, authorID, pos, batch)
 			if err != nil {
 				return settle(err)
 			}
-			queue = append(queue, deliver(followers, at, next, last, last && len(queue) == 0))
+			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0))
 			pos, end = next, last
 		}
 		cur := queue[0]
@@ -622,28 +552,21 @@ func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error 
 // A follow made meanwhile into a bucket walked already is, again, newer
 // than the post, and backfilled.
 func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCursor, n int) ([]string, followerCursor, bool, error) {
-	followers, _, next, last, err := db.followerChunkAt(ctx, authorID, c, n)
-	return followers, next, last, err
-}
-
-// followerChunkAt is followerChunk that also returns each follower's
-// follow time as it read it, for the guard of deliverBatchScript.
-func (db *DB) followerChunkAt(ctx context.Context, authorID string, c followerCursor, n int) ([]string, []string, followerCursor, bool, error) {
-	var followers, at []string
+	var followers []string
 	if c.buckets == 0 {
 		entries, more, moved, err := db.walkFollowers(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n)
 		if err != nil {
-			return nil, nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
+			return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
 		}
 		if moved == 0 {
-			followers, at = make([]string, len(entries)), make([]string, len(entries))
+			followers = make([]string, len(entries))
 			for i, e := range entries {
-				followers[i], at[i] = e.member, e.score
+				followers[i] = e.member
 			}
 			if len(entries) > 0 {
 				c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 			}
-			return followers, at, c, !more, nil
+			return followers, c, !more, nil
 		}
 		c = followerCursor{buckets: moved, floor: c.at, at: c.at}
 	}
@@ -651,10 +574,10 @@ func (db *DB) followerChunkAt(ctx context.Context, authorID string, c followerCu
 		want := n - len(followers)
 		entries, more, _, err := db.walkFollowers(ctx, followerBucketKey(authorID, c.bucket), "", c.at, c.member, want)
 		if err != nil {
-			return nil, nil, c, false, fmt.Errorf("read followers of %s in bucket %d: %w", authorID, c.bucket, err)
+			return nil, c, false, fmt.Errorf("read followers of %s in bucket %d: %w", authorID, c.bucket, err)
 		}
 		for _, e := range entries {
-			followers, at = append(followers, e.member), append(at, e.score)
+			followers = append(followers, e.member)
 		}
 		if !more {
 			c = followerCursor{buckets: c.buckets, bucket: c.bucket + 1, floor: c.floor, at: c.floor}
@@ -662,7 +585,7 @@ func (db *DB) followerChunkAt(ctx context.Context, authorID string, c followerCu
 			c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 		}
 	}
-	return followers, at, c, c.bucket >= c.buckets, nil
+	return followers, c, c.bucket >= c.buckets, nil
 }
 
 // noSave is a fanOut save function that saves nothing, for a fan-out

@@ -158,41 +158,21 @@
 // backfill, takes the author's posts off instead of copying them when the
 // truth no longer has the follow.
 //
-// deliverScript, one follower per call (a Redis Cluster), reads the truth
-// in the step that adds: the unfollow's (1) came first and nothing is
-// added, or the add came first and the unfollow's (3), later still, takes
-// it off.
+// Every delivery reads the truth in the step that adds, for each follower:
+// deliverScript, one follower per call (a Redis Cluster), and
+// deliverBatchScript, a batch of followers per call (one Redis), alike.
+// The unfollow's (1) came first and nothing is added, or the add came
+// first and the unfollow's (3), later still, takes it off. The followers
+// side only says whom to try: a follower it lists who does not follow (a
+// write of (2) still to come, or an entry left by an older version) gets
+// nothing.
 //
-// deliverBatchScript (one Redis) believes the followers side: a follower
-// that the author's followers set lists, at the add's instant T and in the
-// same step, gets the post, and only a follower not listed is decided by
-// the truth, as above. Say a listed follower does not follow at the end.
-// The followers side listed them at T and does not at the end, so the last
-// write of the pair's followers side is a removal after T. Its writer, a
-// Follow or an Unfollow, then read the truth and found no follow (or it
-// would have written again), and goes on to its (3), which takes the
-// author's posts off, the post of T among them. The truth cannot have
-// turned to a follow between that read and that (3): a follow writes the
-// truth first and the followers side after, which would be a later write
-// than the last one.
-//
-// The followers side is the one set or, once the account's followers have
-// moved, the buckets (buckets.go); the script reads the followers-buckets
-// field in its step and lists a follower only from the sets readers read
-// then. The step that ends the move changes no follower's listing but that
-// of a follower whose write has reached the one set and not yet their
-// bucket; that write's bucket part, after the end, is its writer's own,
-// made before the writer reads the truth again, so the last write is still
-// a writer's, followed by its (3). Followers read from the one set by a
-// batch that runs after the move ended are decided by the truth.
-//
-// The one case the two deliveries tell apart is a crash: an unfollow that
-// dies between (1) and (3) leaves the author's older posts in the home
-// timeline, and on one Redis fan-out goes on adding the author's new ones
-// too, for as long as the followers side lists the follower; the client,
-// which got an error, unfollows again, and that unfollow's (3) takes them
-// all off. A client that hangs up is no crash: once the truth is written,
-// Follow and Unfollow run to their end without its context.
+// An unfollow that dies between (1) and (3) leaves the author's posts
+// delivered before its (1) in the home timeline, and fan-out adds none
+// after it; a racing Follow's backfill that finds the follow gone, or the
+// next Unfollow of the pair, takes them off. A client that hangs up is no
+// crash: once the truth is written, Follow and Unfollow run to their end
+// without its context.
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or

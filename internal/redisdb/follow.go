@@ -66,12 +66,11 @@ return {1, ARGV[2]}
 // and trims it to its cap, if the follower still follows the followee: a
 // concurrent unfollow may have come first, and then nothing is copied, and
 // the followee's posts are taken off the timeline instead, as the
-// unfollow's last step does. That step may have run before this follow
-// wrote the followers side, and fan-out, which believes the followers side
-// (see doc.go, "A racing unfollow"), may have delivered a post in between;
-// this follow's own write of the followers side, the last, comes before
-// this script. Posts older than a full timeline's oldest entry are skipped,
-// so that a repeated follow does not churn a full timeline.
+// unfollow's last step does: that unfollow may have died before its last
+// step, leaving the posts fan-out delivered while this follow stood (see
+// doc.go, "A racing unfollow"). Posts older than a full timeline's oldest
+// entry are skipped, so that a repeated follow does not churn a full
+// timeline.
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
@@ -235,9 +234,9 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
 	}
 	// The truth is written: the rest runs to its end even if the client
-	// hangs up, since a followers side left listing a follower the truth
-	// has since lost (a racing unfollow) would get them every new post on
-	// one Redis, whose fan-out believes it (doc.go, "A racing unfollow").
+	// hangs up, since fan-out walks the followers side, and a follower it
+	// does not list would get none of the followee's posts while the
+	// truth says they follow.
 	ctx = context.WithoutCancel(ctx)
 	written, err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1]))
 	if err != nil {
@@ -269,7 +268,10 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 		return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
 	}
 	// As in Follow: once the truth is written, a client that hangs up
-	// must not leave the followers side listing the follower.
+	// must not leave the followee's posts in the home timeline (the user
+	// sees they no longer follow, and does not unfollow again) nor the
+	// followers side listing the follower, which fan-out would go on
+	// trying.
 	ctx = context.WithoutCancel(ctx)
 	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
 		return err

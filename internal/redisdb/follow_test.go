@@ -1209,12 +1209,14 @@ func (h *cancelAfterCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHo
 
 // TestFollowCutShortByItsClient: a Follow or an Unfollow whose client
 // hangs up once its first step (the following set, the truth) is written
-// still makes the followers side agree with the truth, so that fan-out on
-// one Redis, which believes the followers side, delivers the followee's
-// next post to no one who does not follow: for the Unfollow, its client
-// hangs up right after the following set; for the Follow, an unfollow
-// takes the truth back while the follow writes the followers side, and
-// its client hangs up before it reads the truth again.
+// still runs to its end: the followers side agrees with the truth, and no
+// post of the followee is left in the home timeline, neither one made
+// before (the Unfollow's last step takes it off; the user, told they no
+// longer follow, would not unfollow again) nor one made after. For the
+// Unfollow, its client hangs up right after the following set; for the
+// Follow, an unfollow takes the truth back while the follow writes the
+// followers side, and its client hangs up before it reads the truth
+// again.
 func TestFollowCutShortByItsClient(t *testing.T) {
 	for _, tc := range []string{"Unfollow", "FollowRacingUnfollow"} {
 		t.Run(tc, func(t *testing.T) {
@@ -1227,6 +1229,10 @@ func TestFollowCutShortByItsClient(t *testing.T) {
 			var err error
 			if tc == "Unfollow" {
 				mustFollow(t, db, bob, ada)
+				mustCreatePost(t, db, ada, "before the cut")
+				if len(home(t, db, bob)) == 0 {
+					t.Fatal("bob did not get ada's post while following: the test makes no case")
+				}
 				hook.match = func(args []any) bool {
 					return len(args) == 3 && args[0] == "zrem" && args[1] == followingKey(bob) && args[2] == ada
 				}
@@ -1261,6 +1267,9 @@ func TestFollowCutShortByItsClient(t *testing.T) {
 			}
 			if _, err := db.client.ZScore(context.Background(), followingKey(bob), ada).Result(); err != redis.Nil {
 				t.Fatalf("bob follows ada in the end (%v): the test makes no case", err)
+			}
+			if _, err := db.client.ZScore(context.Background(), followersKey(ada), bob).Result(); err != redis.Nil {
+				t.Errorf("ada's followers side lists bob, who does not follow her (%v)", err)
 			}
 		})
 	}
