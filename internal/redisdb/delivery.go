@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -182,7 +183,7 @@ return added
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
 // that check every other script keeps to one slot.
 func OneRedisScripts() []string {
-	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash()}
+	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash(), finishFanOutScript.Hash()}
 }
 
 // deliverBatch is how many followers one call of deliverBatchScript
@@ -319,6 +320,58 @@ return 1
 // own.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
+	return db.fanOutJob(ctx, authorID, seq, postID, from, batch, save, nil)
+}
+
+// jobEnd names the queued job of a fanOut, for fanOutJob to finish in its
+// last batch's pipeline; finished reports that it did.
+type jobEnd struct {
+	shard    int
+	id       string
+	finished bool
+}
+
+// finishFanOutScript ends a fan-out job of one batch in that batch's
+// pipeline, after its deliveries, on one Redis (the post's hash and the
+// job's stream are in two slots): if the post's hash still exists, it
+// clears the post's fanOutPendingField and acknowledges the job, deletes
+// it from the stream and drops its cursor (as Worker.finish does), in one
+// atomic step. If the hash is gone it writes nothing, and the job goes on
+// as after a batch's check that found it gone: a deleted post must be
+// taken back off before its job may leave the stream.
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
+// KEYS[3] -> the job's cursor, w:{fanout}:cursor:<entry id>
+// ARGV[1] -> the consumer group
+// ARGV[2] -> the job's entry id
+// ARGV[3] -> fanOutPendingField
+//
+// Returns 1 if the hash exists (and the job is finished), else 0.
+var finishFanOutScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+	return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[3])
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[3])
+return 1
+`)
+
+// fanOutJob is fanOut for a queued job, which end names (nil: none). On
+// one Redis, a job whose followers fit in one batch (most of them) is
+// finished in that batch's pipeline by finishFanOutScript, and
+// end.finished says so; its worker then has nothing left to do.
+//
+// A job from its start reads its first batch of followers in the same
+// pipeline as its first step, after the check, so that a job of one batch
+// costs two round trips: that read, and the deliveries with the check and
+// the job's end. Those followers also tell whether the author is to be
+// pulled (pullInstead) when they are all of them: fewer than the batch and
+// the threshold.
+func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID string,
+	from followerCursor, batch int, save func(followerCursor) error, end *jobEnd) error {
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
 	undo := func(followers []string) error {
@@ -329,14 +382,39 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	// checks, after it, that the post still exists: the same argument as
 	// for the batches below then covers the global timeline too.
 	var exists *redis.IntCmd
+	var firstRead *redis.ZSliceCmd
+	var firstState *redis.StringCmd
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		if from == startCursor {
 			db.listGlobal(ctx, pipe, seqText, postID, added)
 		}
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
+		if from == startCursor {
+			// As walkFollowers reads from the start of the one set, with
+			// the followerBuckets field after the range.
+			firstRead = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+				Key: followersKey(authorID), Start: "-inf", Stop: "+inf", ByScore: true, Count: int64(batch + 1),
+			})
+			firstState = pipe.HGet(ctx, userKey(authorID), followerBucketsField)
+		}
 	}, db.pub(listGlobalScript))
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("list post %s: %w", postID, err)
+	}
+	// first is the first batch as followerChunkAt would read it, when the
+	// followers are in the one set; else the walk reads it.
+	var first *prefetched
+	if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
+		read := firstRead.Val()
+		first = &prefetched{followers: make([]string, min(batch, len(read))), next: startCursor, last: len(read) <= batch}
+		first.at = make([]string, len(first.followers))
+		for i := range first.followers {
+			first.followers[i], _ = read[i].Member.(string)
+			first.at[i] = formatScore(read[i].Score)
+		}
+		if n := len(first.followers); n > 0 {
+			first.next.at, first.next.member = first.at[n-1], first.followers[n-1]
+		}
 	}
 	deleted := false
 	if exists.Val() == 0 {
@@ -373,7 +451,8 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
-	if from == startCursor {
+	whole := first != nil && first.last && len(first.followers) <= db.opts.PullThreshold
+	if from == startCursor && !whole {
 		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil {
 			return err
 		} else if pulled {
@@ -389,6 +468,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	type result struct {
 		delivered int
 		gone      bool
+		finished  bool // its pipeline finished the job (finishFanOutScript)
 		err       error
 	}
 	type inFlight struct {
@@ -400,17 +480,31 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}
 	deliver := func(followers, at []string, next followerCursor, last, clear bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
+		// A job's only batch in flight at its end finishes the job, where
+		// a script may touch the keys of two slots.
+		finishing := clear && end != nil && !db.onCluster()
 		go func() {
 			var cmds []*redis.Cmd
 			var exists *redis.IntCmd
+			var finish *redis.Cmd
 			cutoff := db.inactiveCutoff()
+			scripts := []*redis.Script{db.deliveryScripts()}
+			if finishing {
+				scripts = append(scripts, finishFanOutScript)
+			}
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, at, next.buckets, seqText, postID, authorID, added, cutoff)
+				if finishing {
+					finish = finishFanOutScript.EvalSha(ctx, pipe,
+						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
+						fanOutGroup, end.id, fanOutPendingField)
+					return
+				}
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
 				if clear {
 					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
 				}
-			}, db.deliveryScripts())
+			}, scripts...)
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 				return
@@ -421,22 +515,28 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 					n += int(v)
 				}
 			}
+			found := int64(0)
+			if finishing {
+				found, _ = finish.Int64()
+			} else {
+				found = exists.Val()
+			}
 			gone := false
-			if exists.Val() == 0 {
+			if found == 0 {
 				if gone, err = db.deletedPost(ctx, authorID, postID); err != nil {
 					b.done <- result{err: err}
 					return
 				}
 			}
-			b.done <- result{delivered: n, gone: gone}
+			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1}
 		}()
 		return b
 	}
 
 	start := time.Now()
-	var walked, delivered, batches int
+	var reached, delivered, batches int
 	var queue []*inFlight // oldest first
-	pos, end := from, false
+	pos, walked := from, false
 	// settle waits for every batch still in flight and undoes those whose
 	// own check found the post gone, so that no delivery of this job lands
 	// after it returns, nor stays where it must not.
@@ -449,13 +549,18 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		return err
 	}
 	for {
-		for len(queue) < fanOutDepth && !end {
-			followers, at, next, last, err := db.followerChunkAt(ctx, authorID, pos, batch)
-			if err != nil {
+		for len(queue) < fanOutDepth && !walked {
+			var followers, at []string
+			var next followerCursor
+			var last bool
+			if first != nil {
+				followers, at, next, last = first.followers, first.at, first.next, first.last
+				first = nil
+			} else if followers, at, next, last, err = db.followerChunkAt(ctx, authorID, pos, batch); err != nil {
 				return settle(err)
 			}
 			queue = append(queue, deliver(followers, at, next, last, last && len(queue) == 0))
-			pos, end = next, last
+			pos, walked = next, last
 		}
 		cur := queue[0]
 		queue = queue[1:]
@@ -466,24 +571,26 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		if db.opts.Delivered != nil && r.delivered > 0 {
 			db.opts.Delivered(r.delivered)
 		}
-		walked, delivered, batches = walked+len(cur.followers), delivered+r.delivered, batches+1
+		reached, delivered, batches = reached+len(cur.followers), delivered+r.delivered, batches+1
 		if r.gone {
 			return settle(undo(cur.followers))
 		}
 		if cur.last {
-			if !cur.cleared {
+			if r.finished {
+				end.finished = true
+			} else if !cur.cleared {
 				if err := db.fannedOut(ctx, authorID, seqText, postID); err != nil {
 					return err
 				}
 			}
 			if batches > 1 {
-				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", walked,
+				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", reached,
 					"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 			}
 			return nil
 		}
 		if batches%progressEvery == 0 {
-			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", walked,
+			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", reached,
 				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err := save(cur.next); err != nil {
@@ -663,6 +770,14 @@ func (db *DB) followerChunkAt(ctx context.Context, authorID string, c followerCu
 		}
 	}
 	return followers, at, c, c.bucket >= c.buckets, nil
+}
+
+// prefetched is a chunk of followers as followerChunkAt returns it, read
+// ahead (see fanOutJob).
+type prefetched struct {
+	followers, at []string
+	next          followerCursor
+	last          bool
 }
 
 // noSave is a fanOut save function that saves nothing, for a fan-out
