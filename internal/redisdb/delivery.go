@@ -108,7 +108,13 @@ return 1
 // ARGV[8+3g+2i-1], ARGV[8+3g+2i] -> the i-th follower's id and home channel
 //
 // Returns how many of the followers it added the post for.
-var deliverBatchScript = newPubScript(addCappedLua + `
+//
+// Called with ARGV[1] "finish", it ends a fan-out job of one batch
+// instead, at the end of that batch's pipeline, after its deliveries (see
+// finishFanOutLua): the same script, so that a Redis that lost its
+// scripts refuses the deliveries and the end alike, and never runs the
+// end of a job whose deliveries it refused.
+var deliverBatchScript = newPubScript(finishFanOutLua + addCappedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local g = tonumber(ARGV[7])
@@ -179,11 +185,43 @@ end
 return added
 `)
 
+// finishFanOutLua is deliverBatchScript's "finish" entry. On one Redis,
+// where the post's hash and the job's stream may be in two slots, it ends
+// a fan-out job of one batch in that batch's pipeline, after its
+// deliveries: if the post's hash still exists, it clears the post's
+// fanOutPendingField and acknowledges the job, deletes it from the stream
+// and drops its cursor (as Worker.finish does), in one atomic step. If the
+// hash is gone it writes nothing, and the job goes on as after a batch's
+// check that found it gone: a deleted post must be taken back off before
+// its job may leave the stream.
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
+// KEYS[3] -> the job's cursor, w:{fanout}:cursor:<entry id>
+// ARGV[1] -> "finish"
+// ARGV[2] -> the consumer group
+// ARGV[3] -> the job's entry id
+// ARGV[4] -> fanOutPendingField
+//
+// Returns 1 if the hash exists (and the job is finished), else 0.
+const finishFanOutLua = `
+if ARGV[1] == 'finish' then
+	if redis.call('EXISTS', KEYS[1]) == 0 then
+		return 0
+	end
+	redis.call('HDEL', KEYS[1], ARGV[4])
+	redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+	redis.call('XDEL', KEYS[2], ARGV[3])
+	redis.call('DEL', KEYS[3])
+	return 1
+end
+`
+
 // OneRedisScripts returns the SHA1s of the scripts Warble runs only on one
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
 // that check every other script keeps to one slot.
 func OneRedisScripts() []string {
-	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash(), finishFanOutScript.Hash()}
+	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash()}
 }
 
 // deliverBatch is how many followers one call of deliverBatchScript
@@ -331,37 +369,9 @@ type jobEnd struct {
 	finished bool
 }
 
-// finishFanOutScript ends a fan-out job of one batch in that batch's
-// pipeline, after its deliveries, on one Redis (the post's hash and the
-// job's stream are in two slots): if the post's hash still exists, it
-// clears the post's fanOutPendingField and acknowledges the job, deletes
-// it from the stream and drops its cursor (as Worker.finish does), in one
-// atomic step. If the hash is gone it writes nothing, and the job goes on
-// as after a batch's check that found it gone: a deleted post must be
-// taken back off before its job may leave the stream.
-//
-// KEYS[1] -> w:u:{<author>}:p:<seq>
-// KEYS[2] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
-// KEYS[3] -> the job's cursor, w:{fanout}:cursor:<entry id>
-// ARGV[1] -> the consumer group
-// ARGV[2] -> the job's entry id
-// ARGV[3] -> fanOutPendingField
-//
-// Returns 1 if the hash exists (and the job is finished), else 0.
-var finishFanOutScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then
-	return 0
-end
-redis.call('HDEL', KEYS[1], ARGV[3])
-redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[2], ARGV[2])
-redis.call('DEL', KEYS[3])
-return 1
-`)
-
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
 // one Redis, a job whose followers fit in one batch (most of them) is
-// finished in that batch's pipeline by finishFanOutScript, and
+// finished in that batch's pipeline (finishFanOutLua), and
 // end.finished says so; its worker then has nothing left to do.
 //
 // A job from its start reads its first batch of followers in the same
@@ -468,7 +478,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	type result struct {
 		delivered int
 		gone      bool
-		finished  bool // its pipeline finished the job (finishFanOutScript)
+		finished  bool // its pipeline finished the job (finishFanOutLua)
 		err       error
 	}
 	type inFlight struct {
@@ -480,31 +490,27 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	}
 	deliver := func(followers, at []string, next followerCursor, last, clear bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
-		// A job's only batch in flight at its end finishes the job, where
-		// a script may touch the keys of two slots.
+		// A job's only batch in flight at its end finishes the job, on one
+		// Redis, where a script may touch the keys of two slots.
 		finishing := clear && end != nil && !db.onCluster()
 		go func() {
 			var cmds []*redis.Cmd
 			var exists *redis.IntCmd
 			var finish *redis.Cmd
 			cutoff := db.inactiveCutoff()
-			scripts := []*redis.Script{db.deliveryScripts()}
-			if finishing {
-				scripts = append(scripts, finishFanOutScript)
-			}
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, at, next.buckets, seqText, postID, authorID, added, cutoff)
 				if finishing {
-					finish = finishFanOutScript.EvalSha(ctx, pipe,
+					finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
 						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
-						fanOutGroup, end.id, fanOutPendingField)
+						"finish", fanOutGroup, end.id, fanOutPendingField)
 					return
 				}
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
 				if clear {
 					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
 				}
-			}, scripts...)
+			}, db.deliveryScripts())
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 				return
