@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -97,7 +98,13 @@ return 1
 // ARGV[6+i] -> the i-th follower's home channel
 //
 // Returns how many of the followers it added the post for.
-var deliverBatchScript = newPubScript(addCappedLua + `
+//
+// Called with ARGV[1] "finish", it ends a fan-out job of one batch
+// instead, at the end of that batch's pipeline, after its deliveries (see
+// finishFanOutLua): the same script, so that a Redis that lost its
+// scripts refuses the deliveries and the end alike, and never runs the
+// end of a job whose deliveries it refused.
+var deliverBatchScript = newPubScript(finishFanOutLua + addCappedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local n = #KEYS / 3
@@ -134,6 +141,38 @@ for i = 1, n do
 end
 return added
 `)
+
+// finishFanOutLua is deliverBatchScript's "finish" entry. On one Redis,
+// where the post's hash and the job's stream may be in two slots, it ends
+// a fan-out job of one batch in that batch's pipeline, after its
+// deliveries: if the post's hash still exists, it clears the post's
+// fanOutPendingField and acknowledges the job, deletes it from the stream
+// and drops its cursor (as Worker.finish does), in one atomic step. If the
+// hash is gone it writes nothing, and the job goes on as after a batch's
+// check that found it gone: a deleted post must be taken back off before
+// its job may leave the stream.
+//
+// KEYS[1] -> w:u:{<author>}:p:<seq>
+// KEYS[2] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
+// KEYS[3] -> the job's cursor, w:{fanout}:cursor:<entry id>
+// ARGV[1] -> "finish"
+// ARGV[2] -> the consumer group
+// ARGV[3] -> the job's entry id
+// ARGV[4] -> fanOutPendingField
+//
+// Returns 1 if the hash exists (and the job is finished), else 0.
+const finishFanOutLua = `
+if ARGV[1] == 'finish' then
+	if redis.call('EXISTS', KEYS[1]) == 0 then
+		return 0
+	end
+	redis.call('HDEL', KEYS[1], ARGV[4])
+	redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+	redis.call('XDEL', KEYS[2], ARGV[3])
+	redis.call('DEL', KEYS[3])
+	return 1
+end
+`
 
 // OneRedisScripts returns the SHA1s of the scripts Warble runs only on one
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
@@ -249,6 +288,30 @@ return 1
 // own.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
+	return db.fanOutJob(ctx, authorID, seq, postID, from, batch, save, nil)
+}
+
+// jobEnd names the queued job of a fanOut, for fanOutJob to finish in its
+// last batch's pipeline; finished reports that it did.
+type jobEnd struct {
+	shard    int
+	id       string
+	finished bool
+}
+
+// fanOutJob is fanOut for a queued job, which end names (nil: none). On
+// one Redis, a job whose followers fit in one batch (most of them) is
+// finished in that batch's pipeline (finishFanOutLua), and
+// end.finished says so; its worker then has nothing left to do.
+//
+// A job from its start reads its first batch of followers in the same
+// pipeline as its first step, after the check, so that a job of one batch
+// costs two round trips: that read, and the deliveries with the check and
+// the job's end. Those followers also tell whether the author is to be
+// pulled (pullInstead) when they are all of them: fewer than the batch and
+// the threshold.
+func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID string,
+	from followerCursor, batch int, save func(followerCursor) error, end *jobEnd) error {
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
 	undo := func(followers []string) error {
@@ -259,14 +322,37 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	// checks, after it, that the post still exists: the same argument as
 	// for the batches below then covers the global timeline too.
 	var exists *redis.IntCmd
+	var firstRead *redis.ZSliceCmd
+	var firstState *redis.StringCmd
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		if from == startCursor {
 			db.listGlobal(ctx, pipe, seqText, postID, added)
 		}
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
+		if from == startCursor {
+			// As walkFollowers reads from the start of the one set, with
+			// the followerBuckets field after the range.
+			firstRead = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+				Key: followersKey(authorID), Start: "-inf", Stop: "+inf", ByScore: true, Count: int64(batch + 1),
+			})
+			firstState = pipe.HGet(ctx, userKey(authorID), followerBucketsField)
+		}
 	}, db.pub(listGlobalScript))
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("list post %s: %w", postID, err)
+	}
+	// first is the first batch as followerChunk would read it, when the
+	// followers are in the one set; else the walk reads it.
+	var first *prefetched
+	if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
+		read := firstRead.Val()
+		first = &prefetched{followers: make([]string, min(batch, len(read))), next: startCursor, last: len(read) <= batch}
+		for i := range first.followers {
+			first.followers[i], _ = read[i].Member.(string)
+		}
+		if n := len(first.followers); n > 0 {
+			first.next.at, first.next.member = formatScore(read[n-1].Score), first.followers[n-1]
+		}
 	}
 	deleted := false
 	if exists.Val() == 0 {
@@ -303,7 +389,8 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
-	if from == startCursor {
+	whole := first != nil && first.last && len(first.followers) <= db.opts.PullThreshold
+	if from == startCursor && !whole {
 		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil {
 			return err
 		} else if pulled {
@@ -319,6 +406,7 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	type result struct {
 		delivered int
 		gone      bool
+		finished  bool // its pipeline finished the job (finishFanOutLua)
 		err       error
 	}
 	type inFlight struct {
@@ -330,12 +418,22 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 	}
 	deliver := func(followers []string, next followerCursor, last, clear bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
+		// A job's only batch in flight at its end finishes the job, on one
+		// Redis, where a script may touch the keys of two slots.
+		finishing := clear && end != nil && !db.onCluster()
 		go func() {
 			var cmds []*redis.Cmd
 			var exists *redis.IntCmd
+			var finish *redis.Cmd
 			cutoff := db.inactiveCutoff()
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
+				if finishing {
+					finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
+						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
+						"finish", fanOutGroup, end.id, fanOutPendingField)
+					return
+				}
 				exists = pipe.Exists(ctx, postKey(authorID, seqText))
 				if clear {
 					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
@@ -351,22 +449,28 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 					n += int(v)
 				}
 			}
+			found := int64(0)
+			if finishing {
+				found, _ = finish.Int64()
+			} else {
+				found = exists.Val()
+			}
 			gone := false
-			if exists.Val() == 0 {
+			if found == 0 {
 				if gone, err = db.deletedPost(ctx, authorID, postID); err != nil {
 					b.done <- result{err: err}
 					return
 				}
 			}
-			b.done <- result{delivered: n, gone: gone}
+			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1}
 		}()
 		return b
 	}
 
 	start := time.Now()
-	var walked, delivered, batches int
+	var reached, delivered, batches int
 	var queue []*inFlight // oldest first
-	pos, end := from, false
+	pos, walked := from, false
 	// settle waits for every batch still in flight and undoes those whose
 	// own check found the post gone, so that no delivery of this job lands
 	// after it returns, nor stays where it must not.
@@ -379,13 +483,18 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		return err
 	}
 	for {
-		for len(queue) < fanOutDepth && !end {
-			followers, next, last, err := db.followerChunk(ctx, authorID, pos, batch)
-			if err != nil {
+		for len(queue) < fanOutDepth && !walked {
+			var followers []string
+			var next followerCursor
+			var last bool
+			if first != nil {
+				followers, next, last = first.followers, first.next, first.last
+				first = nil
+			} else if followers, next, last, err = db.followerChunk(ctx, authorID, pos, batch); err != nil {
 				return settle(err)
 			}
 			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0))
-			pos, end = next, last
+			pos, walked = next, last
 		}
 		cur := queue[0]
 		queue = queue[1:]
@@ -396,24 +505,26 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 		if db.opts.Delivered != nil && r.delivered > 0 {
 			db.opts.Delivered(r.delivered)
 		}
-		walked, delivered, batches = walked+len(cur.followers), delivered+r.delivered, batches+1
+		reached, delivered, batches = reached+len(cur.followers), delivered+r.delivered, batches+1
 		if r.gone {
 			return settle(undo(cur.followers))
 		}
 		if cur.last {
-			if !cur.cleared {
+			if r.finished {
+				end.finished = true
+			} else if !cur.cleared {
 				if err := db.fannedOut(ctx, authorID, seqText, postID); err != nil {
 					return err
 				}
 			}
 			if batches > 1 {
-				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", walked,
+				db.log.InfoContext(ctx, "fan-out done", "post", postID, "followers", reached,
 					"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 			}
 			return nil
 		}
 		if batches%progressEvery == 0 {
-			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", walked,
+			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", reached,
 				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
 		if err := save(cur.next); err != nil {
@@ -586,6 +697,14 @@ func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCurs
 		}
 	}
 	return followers, c, c.bucket >= c.buckets, nil
+}
+
+// prefetched is a chunk of followers as followerChunk returns it, read
+// ahead (see fanOutJob).
+type prefetched struct {
+	followers []string
+	next      followerCursor
+	last      bool
 }
 
 // noSave is a fanOut save function that saves nothing, for a fan-out

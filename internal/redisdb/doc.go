@@ -93,7 +93,10 @@
 //     worker of the database, once (backfillOutboxIndex).
 //   - A queued job is in the stream until a worker acknowledges it, and a
 //     worker acknowledges a job only after its last batch, in the same
-//     MULTI that drops its progress cursor.
+//     atomic step that drops its progress cursor: a MULTI, or on one Redis,
+//     for a job of one batch, a script at the end of that batch's pipeline
+//     that acknowledges only if the batch's check finds the post
+//     (finishFanOutLua).
 //   - A worker that dies leaves its job pending in the group. Any other
 //     worker takes it over with XAUTOCLAIM once it has been idle for
 //     ClaimIdle; a live worker touches its job after every batch (XCLAIM to

@@ -529,9 +529,10 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 		}
 	}
 	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
+	end := &jobEnd{shard: shard, id: j.id}
 	switch j.op {
 	case opDeliver:
-		err = w.db.fanOut(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save)
+		err = w.db.fanOutJob(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save, end)
 	case opUndeliver:
 		err = w.db.unFanOut(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save)
 	case opBuckets:
@@ -541,6 +542,8 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 		return nil // another worker has it now
 	} else if err != nil {
 		return fmt.Errorf("fan-out job %s (%s %s): %w", j.id, j.op, j.postID, err)
+	} else if end.finished {
+		return nil // its last batch finished it
 	}
 	return w.finish(ctx, shard, j.id)
 }

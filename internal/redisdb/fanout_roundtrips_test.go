@@ -1,0 +1,160 @@
+package redisdb
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/redistest"
+)
+
+// newSmallJob makes an author with 20 followers, a post by them whose job
+// is queued and not run, and a worker that reads new jobs only (its look
+// for jobs of dead workers is an hour away) from the groups made already.
+func newSmallJob(t *testing.T) (*DB, []string, string, *Worker) {
+	t.Helper()
+	db := newAsyncTestDB(t)
+	author := mustSignup(t, db, "author")
+	followers := manyFollowers(t, db, author.ID, 20)
+	mustCreatePost(t, db, author.ID, "the first, which makes the group")
+	p, err := NewPostService(db).CreatePost(context.Background(), author.ID, "measured")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(db, WorkerOptions{})
+	w.nextClaim = time.Now().Add(time.Hour)
+	for i := range w.ready {
+		w.ready[i] = true
+	}
+	return db, followers, p.ID, w
+}
+
+// TestSmallFanOutJobRoundTrips checks what the fan-out job of an author
+// whose followers fit in one batch costs on one Redis: reading the job;
+// the global timeline, the post's check and the followers in one
+// pipeline; the deliveries, the check and the job's end in another. And
+// that it did the whole job: every follower has the post, the job left
+// the stream, and the post no longer waits for its fan-out.
+func TestSmallFanOutJobRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	got := counter.N()
+	t.Logf("the job took %d round trips", got)
+	if !db.onCluster() && got != 3 {
+		t.Errorf("the job took %d round trips, want 3", got)
+	}
+	if got := holding(t, db, followers, postID); got != len(followers) {
+		t.Errorf("%d of %d followers hold the post", got, len(followers))
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+	author, seq, _ := splitPostID(postID)
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+	if db.client.HExists(ctx, postKey(author, seq), fanOutPendingField).Val() {
+		t.Error("the post still waits for its fan-out")
+	}
+}
+
+// TestSmallFanOutJobRacingDelete deletes the post just before the pipeline
+// that delivers its only batch (and, on one Redis, ends its job): the
+// batch's check finds the hash gone, so the job must take the post back
+// off those followers before it leaves the stream. The worker dies there
+// (its undo fails): the job is still pending, and the worker that takes it
+// over takes the post off.
+func TestSmallFanOutJobRacingDelete(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	author, _, _ := splitPostID(postID)
+	died := &onPipeline{script: db.pub(undeliverScript).Hash(), run: func() error {
+		return errors.New("the worker died")
+	}}
+	died.done.Store(true) // armed after the delete, whose own step runs the script
+	deleted := &onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+		if err := NewPostService(db).DeletePost(ctx, author, postID); err != nil {
+			t.Error(err)
+		}
+		died.done.Store(false)
+		return nil
+	}}
+	db.client.AddHook(deleted)
+	db.client.AddHook(died)
+	if _, err := w.step(ctx); err == nil {
+		t.Fatal("the job went on past its failed undo")
+	}
+	if !deleted.done.Load() || !died.done.Load() {
+		t.Fatal("the post was not deleted during its job, or its undo did not fail")
+	}
+	if pending := mustPending(t, db, author); pending != 1 {
+		t.Fatalf("%d jobs pending, want the create job's", pending)
+	}
+	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Millisecond})
+	time.Sleep(2 * time.Millisecond)
+	if n, err := heir.step(ctx); err != nil || n != 1 {
+		t.Fatalf("take-over step = %d jobs, %v; want 1", n, err)
+	}
+	if got := holding(t, db, followers, postID); got != 0 {
+		t.Errorf("after the create job %d followers hold the deleted post", got)
+	}
+	drainFanOut(t, db) // the delete's job
+	if got := holding(t, db, followers, postID); got != 0 {
+		t.Errorf("%d followers hold the deleted post", got)
+	}
+	if err := db.client.ZScore(ctx, globalKey, postID).Err(); !errors.Is(err, redis.Nil) {
+		t.Error("the global timeline holds the deleted post")
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+}
+
+// mustPending returns how many jobs of authorID's shard are pending in
+// its group.
+func mustPending(tb testing.TB, db *DB, authorID string) int64 {
+	tb.Helper()
+	p, err := db.client.XPending(context.Background(), fanoutStreamKey(db.fanOutShard(authorID)), fanOutGroup).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.Count
+}
+
+// onPipeline runs run once, before the first pipeline that carries an
+// EVALSHA of script; an error from run fails that pipeline, unsent.
+type onPipeline struct {
+	script string
+	run    func() error
+	done   atomic.Bool
+}
+
+func (h *onPipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *onPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *onPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && c.Name() == "evalsha" && args[1] == h.script && h.done.CompareAndSwap(false, true) {
+				if err := h.run(); err != nil {
+					for _, c := range cmds {
+						c.SetErr(err)
+					}
+					return err
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
