@@ -321,13 +321,15 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	// did so for a prompt read, but only the job is a promise), and
 	// checks, after it, that the post still exists: the same argument as
 	// for the batches below then covers the global timeline too.
+	//
+	// On one Redis the check shares the listing's pipeline, which runs in
+	// order on its connection. A Redis Cluster pipeline sends each node's
+	// commands at once, in no order between nodes, so there the check
+	// waits for the listing's answer: one round trip more.
 	var exists *redis.IntCmd
 	var firstRead *redis.ZSliceCmd
 	var firstState *redis.StringCmd
-	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-		if from == startCursor {
-			db.listGlobal(ctx, pipe, seqText, postID, added)
-		}
+	check := func(pipe redis.Pipeliner) {
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
 		if from == startCursor {
 			// As walkFollowers reads from the start of the one set, with
@@ -337,7 +339,19 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			})
 			firstState = pipe.HGet(ctx, userKey(authorID), followerBucketsField)
 		}
+	}
+	cluster := db.onCluster()
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		if from == startCursor {
+			db.listGlobal(ctx, pipe, seqText, postID, added)
+		}
+		if !cluster {
+			check(pipe)
+		}
 	}, db.pub(listGlobalScript))
+	if err == nil && cluster {
+		_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error { check(pipe); return nil })
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("list post %s: %w", postID, err)
 	}
@@ -400,9 +414,10 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	}
 
 	// deliver runs one batch: the deliveries, then whether the post still
-	// exists, in one pipeline, and with clear the end of the post's wait
-	// for its fan-out after that check (both in the post's slot, so in
-	// that order on a cluster too).
+	// exists, and with clear the end of the post's wait for its fan-out
+	// after that check: in one pipeline on one Redis, in a second round
+	// trip after the deliveries' answers on a cluster (see the first
+	// step).
 	type result struct {
 		delivered int
 		gone      bool
@@ -426,6 +441,15 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			var exists *redis.IntCmd
 			var finish *redis.Cmd
 			cutoff := db.inactiveCutoff()
+			// Whether the post still exists, and with clear the end of its
+			// wait for its fan-out after that (both in the post's slot, so
+			// in that order on a cluster too).
+			check := func(pipe redis.Pipeliner) {
+				exists = pipe.Exists(ctx, postKey(authorID, seqText))
+				if clear {
+					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
+				}
+			}
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
 				if finishing {
@@ -434,11 +458,14 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 						"finish", fanOutGroup, end.id, fanOutPendingField)
 					return
 				}
-				exists = pipe.Exists(ctx, postKey(authorID, seqText))
-				if clear {
-					pipe.HDel(ctx, postKey(authorID, seqText), fanOutPendingField)
+				if !cluster {
+					check(pipe)
 				}
 			}, db.deliveryScripts())
+			if err == nil && cluster {
+				// After the deliveries' answers: see the first step.
+				_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error { check(pipe); return nil })
+			}
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 				return

@@ -126,8 +126,12 @@
 // and takes the post off the global timeline and every follower's timeline
 // at some time U > D. A create job's first step adds the post to the global
 // timeline and then checks that the hash still exists; each of its batches
-// checks that too, in the same pipeline after its deliveries; a resumed job
-// checks it before it starts. For a timeline written at time T, either
+// checks that too, after its deliveries; a resumed job checks it before it
+// starts. "After" is what the check's place gives: on one Redis the check
+// follows the writes in their pipeline, which one connection runs in
+// order; a Redis Cluster pipeline sends each node its commands at once, in
+// no order between nodes, so there the check is a round trip of its own,
+// sent once the writes have answered. For a timeline written at time T, either
 // that step's check ran after T and saw the hash (so T < D < U and the
 // delete job removes the post after it was added), or it saw the hash gone
 // and the create job takes the post back off itself and stops, or the

@@ -3,6 +3,8 @@ package redisdb
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,6 +157,84 @@ func (h *onPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 				break
 			}
 		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestFanOutChecksAfterItsWrites checks where a job's "does the post still
+// exist" checks are, which the argument for deletes racing fan-out needs
+// after the writes they guard (doc.go): after the writes in their pipeline
+// on one Redis, where one connection runs a pipeline in order; on a Redis
+// Cluster, whose pipelines send each node its commands at once, in a
+// pipeline of their own, sent after the writes' pipeline answered.
+func TestFanOutChecksAfterItsWrites(t *testing.T) {
+	ctx := context.Background()
+	db, _, postID, w := newSmallJob(t)
+	author, seq, _ := splitPostID(postID)
+	rec := &pipelineLog{}
+	db.client.AddHook(rec)
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	checks, wrote := 0, false
+	for i, cmds := range rec.log() {
+		check, writes := -1, []int{}
+		for j, c := range cmds {
+			args := c.Args()
+			switch name, _ := args[0].(string); name {
+			case "exists":
+				if args[1] == postKey(author, seq) {
+					check = j
+				}
+			case "evalsha", "eval":
+				writes = append(writes, j)
+			}
+		}
+		if len(writes) > 0 {
+			wrote = true
+		}
+		if check < 0 {
+			continue
+		}
+		checks++
+		switch {
+		case !wrote:
+			t.Errorf("pipeline %d checks the post before any write of the job", i)
+		case db.onCluster() && len(writes) > 0:
+			t.Errorf("pipeline %d checks the post in the pipeline of its writes, on a cluster", i)
+		case !db.onCluster() && len(writes) > 0 && writes[len(writes)-1] > check:
+			t.Errorf("pipeline %d checks the post before a write", i)
+		}
+	}
+	// The first step's; on one Redis the only batch's check is its end.
+	want := 1
+	if db.onCluster() {
+		want = 2
+	}
+	if checks != want {
+		t.Errorf("%d pipelines check the post, want %d", checks, want)
+	}
+}
+
+// pipelineLog is a go-redis hook that keeps the commands of every pipeline.
+type pipelineLog struct {
+	mu        sync.Mutex
+	pipelines [][]redis.Cmder
+}
+
+func (l *pipelineLog) log() [][]redis.Cmder {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.pipelines)
+}
+
+func (l *pipelineLog) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (l *pipelineLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (l *pipelineLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.mu.Lock()
+		l.pipelines = append(l.pipelines, slices.Clone(cmds))
+		l.mu.Unlock()
 		return next(ctx, cmds)
 	}
 }
