@@ -274,8 +274,9 @@ return 1
 //
 // It stops, and takes the post back off the batches it delivered, once the
 // post is deleted: a delete raced this fan-out, and its own job may
-// already have passed these followers. Each batch checks that in the same
-// pipeline, after its deliveries, and a job checks it before its first
+// already have passed these followers. Each batch checks that after its
+// deliveries (in their pipeline on one Redis, in the next round trip on a
+// cluster: see fanOutJob), and a job checks it before its first
 // batch, since a worker that died between a batch and its check left
 // batches in flight after its cursor. The package doc (doc.go) has the
 // whole argument. A post whose hash is gone may have moved to the archive
