@@ -166,7 +166,12 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 
 	// A post's inline fan-out may have failed at the failover (it is
 	// only logged): what an acknowledgement promises is the post and its
-	// job, and a worker runs the job, as in production.
+	// job, and a worker runs the job, as in production. A job whose XADD
+	// failed waits in its author's outbox, which workers sweep once it is
+	// sweepAfter old: the test sweeps it now.
+	if _, err := db.sweepOutboxes(ctx, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	workerDone := make(chan error, 1)
 	go func() { workerDone <- NewWorker(db, WorkerOptions{Sweep: true, ClaimIdle: time.Second}).Run(wctx) }()
