@@ -201,19 +201,87 @@ func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followe
 		return cmds
 	}
 	var cmds []*redis.Cmd
+	sha := db.pub(deliverBatchScript).Hash()
 	for len(followers) > 0 {
 		part := followers[:min(deliverBatch, len(followers))]
 		followers = followers[len(part):]
-		keys := make([]string, 0, 3*len(part))
-		args := make([]any, 0, 6+len(part))
-		args = append(args, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)
-		for _, f := range part {
-			keys = append(keys, homeKey(f), followingKey(f), seenKey(f))
-			args = append(args, homeChannel(f))
-		}
-		cmds = append(cmds, db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, args...))
+		cmd := redis.NewCmd(ctx, deliverBatchArgs(sha, part, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)...)
+		cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, cmd)
+		cmds = append(cmds, cmd)
 	}
 	return cmds
+}
+
+// The shapes, from keys.go, of the keys a delivery declares for a follower
+// (in the order deliverBatchScript takes them) and of the channel it
+// announces on, for deliverBatchArgs.
+var (
+	deliveryKeyShapes = [...]nameShape{shapeOf(homeKey), shapeOf(followingKey), shapeOf(seenKey)}
+	homeChannelShape  = shapeOf(homeChannel)
+)
+
+// nameShape is a key or channel name of keys.go around a user id: before,
+// the id, after.
+type nameShape struct{ before, after string }
+
+func shapeOf(name func(userID string) string) nameShape {
+	before, after, _ := strings.Cut(name("\x00"), "\x00")
+	return nameShape{before, after}
+}
+
+func (s nameShape) len(userID string) int { return len(s.before) + len(userID) + len(s.after) }
+
+func (s nameShape) write(b *strings.Builder, userID string) {
+	b.WriteString(s.before)
+	b.WriteString(userID)
+	b.WriteString(s.after)
+}
+
+// deliverBatchArgs returns the EVALSHA of deliverBatchScript, whose SHA1 is
+// sha, for followers. Fan-out names three keys and a channel a follower,
+// and built one by one (and boxed one by one into go-redis's arguments)
+// they were most of the worker's allocations: here they are one string,
+// sliced, and go into the arguments as pointers, which box without an
+// allocation.
+func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
+	n, size := len(followers), 0
+	for _, f := range followers {
+		for _, s := range deliveryKeyShapes {
+			size += s.len(f)
+		}
+		size += homeChannelShape.len(f)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	for _, f := range followers {
+		for _, s := range deliveryKeyShapes {
+			s.write(&b, f)
+		}
+	}
+	for _, f := range followers {
+		homeChannelShape.write(&b, f)
+	}
+	rest := b.String()
+	names := make([]string, 0, 4*n) // the keys, then the channels
+	for _, f := range followers {
+		for _, s := range deliveryKeyShapes {
+			names, rest = append(names, rest[:s.len(f)]), rest[s.len(f):]
+		}
+	}
+	for _, f := range followers {
+		names, rest = append(names, rest[:homeChannelShape.len(f)]), rest[homeChannelShape.len(f):]
+	}
+	args := make([]any, 0, 3+len(names)+6)
+	args = append(args, "evalsha", sha, 3*n)
+	for i := range names[:3*n] {
+		args = append(args, &names[i])
+	}
+	args = append(args, seqText, postID, authorID, homeCap, added, cutoff)
+	for i := range names[3*n:] {
+		args = append(args, &names[3*n+i])
+	}
+	return args
 }
 
 // deliveryScripts are the scripts queueDeliveries runs on db's Redis.

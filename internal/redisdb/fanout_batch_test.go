@@ -45,8 +45,13 @@ func (h *unfollowBeforeDelivery) delivers(cmds []redis.Cmder) bool {
 		if c.Name() != "evalsha" || len(args) < 3 || !slices.Contains(shas, args[1].(string)) {
 			continue
 		}
-		if slices.Contains(args[3:], any(homeKey(h.follower))) {
-			return true
+		for _, a := range args[3:] {
+			if p, ok := a.(*string); ok { // deliverBatchArgs's names
+				a = *p
+			}
+			if a == homeKey(h.follower) {
+				return true
+			}
 		}
 	}
 	return false
