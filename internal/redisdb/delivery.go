@@ -193,12 +193,7 @@ const deliverBatch = 250
 func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers []string,
 	seqText, postID, authorID, added string, cutoff int64) []*redis.Cmd {
 	if db.onCluster() {
-		cmds := make([]*redis.Cmd, 0, len(followers))
-		for _, f := range followers {
-			cmds = append(cmds, db.pub(deliverScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
-				seqText, postID, authorID, db.opts.HomeCap, homeChannel(f), added, cutoff))
-		}
-		return cmds
+		return queueEach(ctx, pipe, db.pub(deliverScript).Hash(), followers, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)
 	}
 	var cmds []*redis.Cmd
 	sha := db.pub(deliverBatchScript).Hash()
@@ -215,7 +210,7 @@ func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followe
 
 // The shapes, from keys.go, of the keys a delivery declares for a follower
 // (in the order deliverBatchScript takes them) and of the channel it
-// announces on, for deliverBatchArgs.
+// announces on, for deliveryNames.
 var (
 	deliveryKeyShapes = [...]nameShape{shapeOf(homeKey), shapeOf(followingKey), shapeOf(seenKey)}
 	homeChannelShape  = shapeOf(homeChannel)
@@ -238,14 +233,15 @@ func (s nameShape) write(b *strings.Builder, userID string) {
 	b.WriteString(s.after)
 }
 
-// deliverBatchArgs returns the EVALSHA of deliverBatchScript, whose SHA1 is
-// sha, for followers. Fan-out names three keys and a channel a follower,
-// and built one by one (and boxed one by one into go-redis's arguments)
-// they were most of the worker's allocations: here they are one string,
-// sliced, and go into the arguments as pointers, which box without an
+// deliveryNames returns the names a delivery to followers declares: the
+// three keys of each follower in the order deliverBatchScript takes them,
+// then each follower's home channel. Fan-out names four a follower, and
+// built one by one (and boxed one by one into go-redis's arguments) they
+// were most of the worker's allocations: here they are one string, sliced,
+// and the callers hand go-redis pointers to them, which box without an
 // allocation.
-func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
-	n, size := len(followers), 0
+func deliveryNames(followers []string) []string {
+	size := 0
 	for _, f := range followers {
 		for _, s := range deliveryKeyShapes {
 			size += s.len(f)
@@ -263,7 +259,7 @@ func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID 
 		homeChannelShape.write(&b, f)
 	}
 	rest := b.String()
-	names := make([]string, 0, 4*n) // the keys, then the channels
+	names := make([]string, 0, 4*len(followers))
 	for _, f := range followers {
 		for _, s := range deliveryKeyShapes {
 			names, rest = append(names, rest[:s.len(f)]), rest[s.len(f):]
@@ -272,6 +268,14 @@ func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID 
 	for _, f := range followers {
 		names, rest = append(names, rest[:homeChannelShape.len(f)]), rest[homeChannelShape.len(f):]
 	}
+	return names
+}
+
+// deliverBatchArgs returns the EVALSHA of deliverBatchScript, whose SHA1 is
+// sha, for followers.
+func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
+	n := len(followers)
+	names := deliveryNames(followers)
 	args := make([]any, 0, 3+len(names)+6)
 	args = append(args, "evalsha", sha, 3*n)
 	for i := range names[:3*n] {
@@ -282,6 +286,32 @@ func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID 
 		args = append(args, &names[3*n+i])
 	}
 	return args
+}
+
+// queueEach queues on pipe an EVALSHA of deliverScript, whose SHA1 is sha,
+// for each of followers, as a Redis Cluster needs, and returns them. The
+// arguments every call shares are boxed once, and the calls' argument
+// lists are cut from one slice.
+func queueEach(ctx context.Context, pipe redis.Pipeliner, sha string, followers []string,
+	seqText, postID, authorID string, homeCap int, added string, cutoff int64) []*redis.Cmd {
+	n := len(followers)
+	names := deliveryNames(followers)
+	shared := [...]any{"evalsha", sha, 3, seqText, postID, authorID, homeCap, added, cutoff}
+	const width = 3 + 3 + 7 // EVALSHA sha numkeys, KEYS, ARGV
+	all := make([]any, width*n)
+	cmds := make([]*redis.Cmd, n)
+	for i := range followers {
+		args := all[width*i : width*(i+1) : width*(i+1)]
+		copy(args, shared[:3])
+		args[3], args[4], args[5] = &names[3*i], &names[3*i+1], &names[3*i+2]
+		copy(args[6:], shared[3:7])
+		args[10] = &names[3*n+i]
+		args[11], args[12] = shared[7], shared[8]
+		cmds[i] = redis.NewCmd(ctx, args...)
+		cmds[i].SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	return cmds
 }
 
 // deliveryScripts are the scripts queueDeliveries runs on db's Redis.

@@ -85,6 +85,29 @@ func TestSlotGuard(t *testing.T) {
 	if !run("w:u:{1}:home", "w:u:{2}:home") {
 		t.Error("keys of two hash tags were not flagged")
 	}
+
+	// Keys passed as pointers to strings, as fan-out passes them, are
+	// the strings they point to.
+	byPointer := func(keys ...string) bool {
+		ft := &fakeTB{TB: t}
+		c := redis.NewClient(s.Options())
+		defer c.Close()
+		c.AddHook(NewSlotGuard(ft))
+		args := []any{"evalsha", script.Hash(), len(keys)}
+		for i := range keys {
+			args = append(args, &keys[i])
+		}
+		script.Load(ctx, c)
+		c.Process(ctx, redis.NewCmd(ctx, args...))
+		ft.cleanup()
+		return ft.failed
+	}
+	if byPointer("w:u:{1}:home", "w:u:{1}:following") {
+		t.Error("keys of one hash tag, by pointer, were flagged")
+	}
+	if !byPointer("w:u:{1}:home", "w:u:{2}:home") {
+		t.Error("keys of two hash tags, by pointer, were not flagged")
+	}
 }
 
 // fakeTB records errors instead of failing the test, and runs its

@@ -98,7 +98,7 @@ func (g SlotGuard) check(cmds []redis.Cmder) {
 			tx = append(tx, commandKeys(cmd)...)
 		case isScript(name):
 			if name != "evalsha" || !allowed(cmd.Args()[1]) {
-				g.sameSlot(fmt.Sprint(cmd.Args()[:2]...), commandKeys(cmd))
+				g.sameSlot(argText(cmd.Args()[0])+" "+argText(cmd.Args()[1]), commandKeys(cmd))
 			}
 		}
 	}
@@ -119,7 +119,7 @@ func (g SlotGuard) sameSlot(what string, keys []string) {
 // allowed reports whether sha names a script declared with
 // AllowOnOneRedis.
 func allowed(sha any) bool {
-	_, ok := oneRedis.Load(fmt.Sprint(sha))
+	_, ok := oneRedis.Load(argText(sha))
 	return ok
 }
 
@@ -141,10 +141,10 @@ func commandKeys(cmd redis.Cmder) []string {
 	name := strings.ToLower(cmd.Name())
 	switch {
 	case isScript(name):
-		n, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		n, _ := strconv.Atoi(argText(args[2]))
 		keys := make([]string, 0, n)
 		for _, k := range args[3:min(len(args), 3+n)] {
-			keys = append(keys, fmt.Sprint(k))
+			keys = append(keys, argText(k))
 		}
 		return keys
 	case name == "publish":
@@ -152,11 +152,21 @@ func commandKeys(cmd redis.Cmder) []string {
 	case name == "del" || name == "exists" || name == "unlink" || name == "mget" || name == "touch":
 		keys := make([]string, 0, len(args)-1)
 		for _, k := range args[1:] {
-			keys = append(keys, fmt.Sprint(k))
+			keys = append(keys, argText(k))
 		}
 		return keys
 	}
-	return []string{fmt.Sprint(args[1])}
+	return []string{argText(args[1])}
+}
+
+// argText is a command argument as Redis receives it, for the arguments
+// Warble sends: strings, numbers, and pointers to strings (go-redis writes
+// the string pointed to; fan-out passes its keys so).
+func argText(a any) string {
+	if p, ok := a.(*string); ok && p != nil {
+		return *p
+	}
+	return fmt.Sprint(a)
 }
 
 // Slot returns the Redis Cluster hash slot of key: the CRC16 of its hash tag
