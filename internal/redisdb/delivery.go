@@ -220,6 +220,8 @@ var (
 // the id, after.
 type nameShape struct{ before, after string }
 
+// shapeOf returns the shape of the names that name builds, which must hold
+// the user id once (TestDeliveryNames checks those of fan-out).
 func shapeOf(name func(userID string) string) nameShape {
 	before, after, _ := strings.Cut(name("\x00"), "\x00")
 	return nameShape{before, after}
@@ -289,9 +291,9 @@ func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID 
 }
 
 // queueEach queues on pipe an EVALSHA of deliverScript, whose SHA1 is sha,
-// for each of followers, as a Redis Cluster needs, and returns them. The
-// arguments every call shares are boxed once, and the calls' argument
-// lists are cut from one slice.
+// for each of followers (KEYS and ARGV as the script documents them), as a
+// Redis Cluster needs, and returns them. The arguments every call shares
+// are boxed once, and the calls' argument lists are cut from one slice.
 func queueEach(ctx context.Context, pipe redis.Pipeliner, sha string, followers []string,
 	seqText, postID, authorID string, homeCap int, added string, cutoff int64) []*redis.Cmd {
 	n := len(followers)

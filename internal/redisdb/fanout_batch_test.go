@@ -244,3 +244,20 @@ func TestFanOutBatchKeepsListpacks(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliveryNames: the names fan-out builds for a batch of followers, in
+// one string, are the keys and channels of keys.go, in the order the
+// delivery scripts take them.
+func TestDeliveryNames(t *testing.T) {
+	followers := []string{"7", "1024", "98765432101", "42"}
+	var want []string
+	for _, f := range followers {
+		want = append(want, homeKey(f), followingKey(f), seenKey(f))
+	}
+	for _, f := range followers {
+		want = append(want, homeChannel(f))
+	}
+	if got := deliveryNames(followers); !slices.Equal(got, want) {
+		t.Errorf("deliveryNames(%q) =\n%q\nwant\n%q", followers, got, want)
+	}
+}
