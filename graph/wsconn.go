@@ -482,13 +482,22 @@ func (c *wsConn) remove(op *wsOperation) {
 	}
 }
 
-// stop ends operation id at the client's request, with complete.
+// stop ends operation id at the client's request. On graphql-transport-ws
+// the server sends nothing more for it, complete included: the client may
+// start another operation under the same id at once, and an echoed complete
+// would reach it after that subscribe and end the new one. The legacy
+// protocol's servers answered a stop with complete, and so does this.
+//
+// An event being written meanwhile is let finish first (pullMu), so that
+// none follows the client's complete.
 func (c *wsConn) stop(id string) {
 	c.mu.Lock()
 	op := c.find(id)
 	c.mu.Unlock()
 	if op != nil {
-		op.finish(true)
+		op.pullMu.Lock()
+		op.finish(c.legacy)
+		op.pullMu.Unlock()
 	}
 }
 

@@ -205,9 +205,14 @@ func TestWebsocketOperationLimit(t *testing.T) {
 		if m.Type != "error" || m.ID != "one more" || !strings.Contains(string(m.Payload), `"BAD_USER_INPUT"`) {
 			t.Fatalf("%s: operation %d got %s %s %s, want an error with BAD_USER_INPUT", proto, graph.MaxWebsocketOperations+1, m.Type, m.ID, m.Payload)
 		}
+		// The server handles a connection's messages in order: "again"
+		// starts once 0 has made room, whether or not the client heard
+		// of it (the legacy protocol answers a stop with complete).
 		c.stop("0")
-		if m := next(); m.Type != "complete" || m.ID != "0" {
-			t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+		if proto == protoLegacyWS {
+			if m := next(); m.Type != "complete" || m.ID != "0" {
+				t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+			}
 		}
 		c.subscribe("again", sub, vars)
 		id := s.post(t, u, "to every subscription of "+proto)
@@ -222,5 +227,39 @@ func TestWebsocketOperationLimit(t *testing.T) {
 		if !seen["again"] {
 			t.Fatalf("%s: the subscription started after one stopped got no event", proto)
 		}
+	}
+}
+
+// TestCompleteByClientIsNotEchoed: on graphql-transport-ws a client's
+// complete ends its operation and the server sends nothing more for it,
+// complete included (the protocol's Complete, and what graphql-ws's own
+// server does), so that a client may start a new operation under the same
+// id at once: an echoed complete would reach it after that new subscribe
+// and end the new operation on the client. The legacy protocol's servers
+// answer a stop with complete, and Warble does as they did.
+func TestCompleteByClientIsNotEchoed(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "quiet")
+	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			after := s.syncCursor(t, u)
+			c := s.connect(t, proto, "")
+			c.subscribe("g", sub, map[string]any{"a": after})
+			c.stop("g")
+			// The same id again, in the same breath: the server reads a
+			// connection's messages in order, so everything it sends for
+			// the first operation comes before the second's events.
+			c.subscribe("g", sub, map[string]any{"a": after})
+			id := s.post(t, u, "after a complete, on "+proto)
+			if proto == protoLegacyWS {
+				if m := c.next(); m.Type != "complete" || m.ID != "g" {
+					t.Fatalf("after stop: %s %s %s, want complete", m.Type, m.ID, m.Payload)
+				}
+			}
+			if ev := c.nextEvent("g"); ev.PostID == nil || *ev.PostID != id {
+				t.Fatalf("the operation started again under its id got %+v first, want post %s", ev, id)
+			}
+		})
 	}
 }
