@@ -214,18 +214,23 @@ func TestWebsocketPong(t *testing.T) {
 }
 
 // Websockets of a server whose base context carries WithWebsocketLifetime
-// close when it ends, although their handlers returned long before.
+// close with 1001 when it ends, although their handlers returned long
+// before, and its wait returns once they have.
 func TestWebsocketLifetime(t *testing.T) {
 	h := NewHandler(HandlerConfig{Resolver: &Resolver{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	life, end := context.WithCancel(context.Background())
 	defer end()
 	hs := httptest.NewUnstartedServer(h)
-	hs.Config.BaseContext = func(net.Listener) context.Context { return WithWebsocketLifetime(life) }
+	life, closed := WithWebsocketLifetime(life)
+	hs.Config.BaseContext = func(net.Listener) context.Context { return life }
 	hs.Start()
 	t.Cleanup(hs.Close)
 	conn := dialAcked(t, "ws"+strings.TrimPrefix(hs.URL, "http"), protoLegacyWS)
 	end()
-	if code, _ := readClose(t, conn); code != websocket.CloseNormalClosure {
-		t.Fatalf("closed with %d, want a normal closure", code)
+	if err := closed(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := readClose(t, conn); code != websocket.CloseGoingAway {
+		t.Fatalf("closed with %d, want 1001 (going away)", code)
 	}
 }

@@ -42,6 +42,7 @@ type wsConn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopLife func() bool
+	life     *lifetime // the server's, if it has one: told when the connection has closed
 
 	wmu sync.Mutex // held while a message is written
 
@@ -62,8 +63,10 @@ func newWSConn(t *Websocket, exec graphql.GraphExecutor, conn *websocket.Conn, r
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c)
 	c.base, c.cancel = context.WithCancel(ctx)
 	c.stopLife = func() bool { return false }
-	if life, ok := r.Context().Value(lifetimeKey{}).(context.Context); ok {
-		c.stopLife = context.AfterFunc(life, c.cancel)
+	if l, ok := r.Context().Value(lifetimeKey{}).(*lifetime); ok {
+		l.add()
+		c.life = l
+		c.stopLife = context.AfterFunc(l.ctx, c.cancel)
 	}
 	context.AfterFunc(c.base, c.ended)
 	conn.SetReadLimit(MaxWebsocketMessage)
@@ -223,9 +226,15 @@ type initRefusal struct {
 func (e *initRefusal) Error() string { return e.message }
 
 // ended closes the connection when its context ends: the session was
-// revoked or expired (4403, see endWebsocket), or the server shuts down.
+// revoked or expired (4403, see endWebsocket), or the server shuts down
+// (1001, going away: graphql-transport-ws clients reconnect after it, to
+// another server or this one back).
 func (c *wsConn) ended() {
-	c.close(websocket.CloseNormalClosure, "terminated")
+	if code := c.closeCode.Load(); code != 0 {
+		c.close(int(code), "Forbidden")
+		return
+	}
+	c.close(websocket.CloseGoingAway, "Server shutting down")
 }
 
 // refuse closes the connection for a protocol error, telling a legacy
@@ -242,7 +251,8 @@ func (c *wsConn) refuseWith(code int, reason, message string) {
 
 // close closes the connection once, with a close frame of code unless it
 // is 0 (the connection is broken), and ends its operations. A normal
-// closure becomes the code endWebsocket left.
+// closure becomes the code endWebsocket left. The server's lifetime hears
+// of it once the close frame is written and the connection closed.
 func (c *wsConn) close(code int, reason string) {
 	c.mu.Lock()
 	if c.closed {
@@ -269,6 +279,9 @@ func (c *wsConn) close(code int, reason string) {
 		op.finish(false)
 	}
 	c.cancel()
+	if c.life != nil {
+		c.life.done()
+	}
 }
 
 // closeReason cuts reason to what a close frame holds: a control frame

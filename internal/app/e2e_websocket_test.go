@@ -1,15 +1,19 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/redistest"
 )
 
 // TestIdleSubscriptionsHoldNoGoroutine opens many sockets with two
@@ -262,4 +266,105 @@ func TestCompleteByClientIsNotEchoed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShutdownClosesWebsocketsWithGoingAway: a server that stops sends every
+// open websocket, signed in or not, on either protocol, a close frame with
+// 1001 (going away), and Serve returns only once those frames are written
+// and the connections closed, so that a process exiting right after does
+// not cut them short (its clients would see an abnormal closure, 1006).
+// The server's connections write close frames slowly here, as on a slow
+// network: a Serve that did not wait for them returns first.
+func TestShutdownClosesWebsocketsWithGoingAway(t *testing.T) {
+	rs := redistest.New(t)
+	a := newTestApp(t, rs, testConfig(t))
+	t.Cleanup(func() { a.Close() })
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &closeFrameListener{Listener: inner}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+	s := &testServer{URL: "http://" + inner.Addr().String(), app: a, redis: rs}
+
+	u := s.signup(t, "leaving")
+	after := s.syncCursor(t, u)
+	var clients []*wsClient
+	for _, proto := range protocols {
+		anon := s.connect(t, proto, "")
+		anon.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+		home := s.connect(t, proto, u.Token)
+		home.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+		clients = append(clients, anon, home)
+	}
+	id := s.post(t, u, "before the shutdown")
+	for _, c := range clients {
+		m := c.next()
+		if (m.Type != "next" && m.Type != "data") || !strings.Contains(string(m.Payload), id) {
+			t.Fatalf("%s: got %s %s %s, want post %s", c.proto, m.Type, m.ID, m.Payload, id)
+		}
+	}
+
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if sent, written := ln.closeFrames(); sent != len(clients) || written != len(clients) {
+		t.Fatalf("when Serve returned, %d close frames were begun and %d written, want %d of each", sent, written, len(clients))
+	}
+	for _, c := range clients {
+		for {
+			_, err := c.read(readTimeout)
+			if err == nil {
+				continue // a complete of a legacy subscription, a keep-alive
+			}
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+				t.Fatalf("%s: after the shutdown: %v, want close 1001 (going away)", c.proto, err)
+			}
+			break
+		}
+	}
+}
+
+// closeFrameListener's connections write websocket close frames slowly,
+// and count them.
+type closeFrameListener struct {
+	net.Listener
+	begun, written atomic.Int32
+}
+
+func (l *closeFrameListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &closeFrameConn{Conn: conn, l: l}, nil
+}
+
+func (l *closeFrameListener) closeFrames() (begun, written int) {
+	return int(l.begun.Load()), int(l.written.Load())
+}
+
+type closeFrameConn struct {
+	net.Conn
+	l *closeFrameListener
+}
+
+// Write delays a close frame from the server (final, opcode 8, unmasked:
+// gorilla/websocket writes a control frame in one Write).
+func (c *closeFrameConn) Write(p []byte) (int, error) {
+	if len(p) < 2 || p[0] != 0x88 {
+		return c.Conn.Write(p)
+	}
+	c.l.begun.Add(1)
+	time.Sleep(200 * time.Millisecond)
+	n, err := c.Conn.Write(p)
+	if err == nil {
+		c.l.written.Add(1)
+	}
+	return n, err
 }
