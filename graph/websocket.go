@@ -44,6 +44,10 @@ type Websocket struct {
 	// InitTimeout is how long a client has to send connection_init. Zero
 	// means 10 seconds.
 	InitTimeout time.Duration
+	// AckTimeout bounds how long Init may take to authenticate a
+	// connection: past it, the connection is closed with 1013 (try again
+	// later). Zero means 5 seconds.
+	AckTimeout time.Duration
 	// Allow, if set, is asked before each handshake is accepted, with the
 	// client's address; an ERATELIMITED error refuses it with 429.
 	Allow func(ctx context.Context, addr string) error
@@ -277,6 +281,13 @@ func (t *Websocket) writeTimeout() time.Duration {
 		return 10 * time.Second
 	}
 	return t.WriteTimeout
+}
+
+func (t *Websocket) ackTimeout() time.Duration {
+	if t.AckTimeout <= 0 {
+		return 5 * time.Second
+	}
+	return t.AckTimeout
 }
 
 func (t *Websocket) initTimeout() time.Duration {

@@ -178,7 +178,7 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 	ctx := c.base
 	if c.t.Init != nil {
 		var err error
-		if ctx, err = c.t.Init(c.base, payload); err != nil {
+		if ctx, err = c.authenticate(payload); err != nil {
 			code, reason := closeForbidden, "Forbidden"
 			var ir *initRefusal
 			if errors.As(err, &ir) {
@@ -213,6 +213,35 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 		c.conn.SetReadDeadline(time.Time{})
 	}
 	return true
+}
+
+// authenticate runs Init, for at most the handler's AckTimeout: past it, the
+// connection is refused with 1013, try again later. A Redis that is frozen
+// or unreachable (not down: a refused dial fails at once) holds each command
+// for go-redis's read timeout, and a signed-in connection_init makes several
+// (the session, its watch, its user's seen time, on a cluster maybe on a
+// master that does not answer), where clients wait for connection_ack with
+// no timeout of their own (graphql-ws's default): they would hang on, not
+// knowing why. Init goes on in the background until Redis answers; the
+// connection's context, which it was given, ends with the refusal.
+func (c *wsConn) authenticate(payload map[string]any) (context.Context, error) {
+	type result struct {
+		ctx context.Context
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, err := c.t.Init(c.base, payload)
+		done <- result{ctx, err}
+	}()
+	t := time.NewTimer(c.t.ackTimeout())
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.ctx, r.err
+	case <-t.C:
+		return nil, &initRefusal{code: closeTryAgainLater, reason: "Try again later", message: unavailableMessage}
+	}
 }
 
 // initRefusal is Init's error for a connection to refuse with a code other
