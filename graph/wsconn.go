@@ -576,8 +576,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		c.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
-		op.finish(true)
+		op.fail(gqlerror.List{{Message: "invalid json"}})
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: readStart, End: graphql.Now()}
@@ -587,10 +586,10 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 	} else if errs != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			c.sendErrors(op.id, resp.Errors)
-		} else {
-			c.sendResponse(op.id, &graphql.Response{Errors: errs})
+			op.fail(resp.Errors)
+			return
 		}
+		c.sendResponse(op.id, &graphql.Response{Errors: errs})
 		op.finish(true)
 		return
 	}
@@ -647,8 +646,25 @@ func (op *wsOperation) recover(ctx context.Context) {
 	} else {
 		gerr = &gqlerror.Error{Message: "internal system error"}
 	}
-	op.conn.sendErrors(op.id, gqlerror.List{gerr})
-	op.finish(true)
+	op.fail(gqlerror.List{gerr})
+}
+
+// fail ends the operation with an error message. On graphql-transport-ws
+// the error is the operation's last message (no complete follows it), and
+// the operation leaves the connection before it is written, so that a
+// client that starts another under the same id on hearing it is not taken
+// for a duplicate (4409). The legacy protocol's complete follows the error,
+// as it did.
+func (op *wsOperation) fail(errs gqlerror.List) {
+	c := op.conn
+	if c.legacy {
+		c.sendErrors(op.id, errs)
+		op.finish(true)
+		return
+	}
+	if op.finish(false) { // not ended meanwhile by the client's complete
+		c.sendErrors(op.id, errs)
+	}
 }
 
 // Attached implements warble.EventReceiver.
@@ -687,13 +703,14 @@ func (op *wsOperation) pull() {
 }
 
 // finish ends the operation once: it leaves the connection's operations,
-// the client hears complete (unless the connection is closing), and its
-// context ends, which ends its subscription in the hub.
-func (op *wsOperation) finish(complete bool) {
+// the client hears complete if asked, and its context ends, which ends its
+// subscription in the hub. It reports whether it ended the operation: false
+// when it had ended already.
+func (op *wsOperation) finish(complete bool) bool {
 	op.mu.Lock()
 	if op.done {
 		op.mu.Unlock()
-		return
+		return false
 	}
 	op.done = true
 	op.mu.Unlock()
@@ -705,4 +722,5 @@ func (op *wsOperation) finish(complete bool) {
 		c.writeMessage("complete", op.id, nil)
 	}
 	op.cancel()
+	return true
 }

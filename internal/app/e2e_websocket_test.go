@@ -368,3 +368,28 @@ func (c *closeFrameConn) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// TestErrorEndsOperation: on graphql-transport-ws an error message ends its
+// operation, and nothing follows it (the protocol's Error; graphql-ws's
+// server sends no complete after one), so that a client may start another
+// operation under the same id as soon as it hears the error: neither a late
+// complete nor a close for a duplicate id (4409) may meet it.
+func TestErrorEndsOperation(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "erring")
+	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
+	c := s.connect(t, protoTransportWS, "")
+	for round := range 20 {
+		after := s.syncCursor(t, u)
+		c.subscribe("x", `subscription { noSuchField }`, nil)
+		if m := c.next(); m.Type != "error" || m.ID != "x" {
+			t.Fatalf("round %d: an invalid subscription got %s %s %s, want error", round, m.Type, m.ID, m.Payload)
+		}
+		c.subscribe("x", sub, map[string]any{"a": after})
+		id := s.post(t, u, "after an error")
+		if ev := c.nextEvent("x"); ev.PostID == nil || *ev.PostID != id {
+			t.Fatalf("round %d: the operation started again under its id got %+v first, want post %s", round, ev, id)
+		}
+		c.stop("x")
+	}
+}
