@@ -531,15 +531,19 @@ func (c *wsConn) remove(op *wsOperation) {
 // protocol's servers answered a stop with complete, and so does this.
 //
 // An event being written meanwhile is let finish first (pullMu), so that
-// none follows the client's complete.
+// none follows once the complete is handled; the operation ends before
+// that, so that an event that is being taken is not waited for.
 func (c *wsConn) stop(id string) {
 	c.mu.Lock()
 	op := c.find(id)
 	c.mu.Unlock()
-	if op != nil {
-		op.pullMu.Lock()
-		op.finish(c.legacy)
-		op.pullMu.Unlock()
+	if op == nil || !op.finish(false) {
+		return
+	}
+	op.pullMu.Lock()
+	op.pullMu.Unlock() //lint:ignore SA2001 waiting for a write in progress is the point
+	if c.legacy {
+		c.writeMessage("complete", id, nil)
 	}
 }
 
@@ -697,6 +701,9 @@ func (op *wsOperation) pull() {
 	resp := op.responses(op.rctx)
 	if resp == nil {
 		op.finish(true) // the subscription ended
+		return
+	}
+	if op.isDone() { // the client completed it meanwhile (see stop)
 		return
 	}
 	op.conn.sendResponse(op.id, resp)
