@@ -522,35 +522,67 @@ func TestNewSubscriptionHasNoResyncAtItsStart(t *testing.T) {
 		// the next post cannot overtake it there (which would be a RESYNC
 		// of its own).
 		eventually(t, body+" in reader's home", func() bool { return s.home(t, reader, 1).bodies()[0] == body })
-		// The subscriptions from a cursor hear the first live post
-		// however late they start; those without after: start alongside
-		// on the same channels, and hear the second.
-		first := s.post(t, author, fmt.Sprintf("round %d, live", round))
-		second := ""
-		heardFirst, heardSecond := 0, 0
-		for heardSecond < 2*len(feeds) {
-			m := c.next()
+		// Those from a cursor hear every later post however late they
+		// start; those without after: the posts made once they have
+		// started, which nothing tells their client. So a post is made
+		// each second until every subscription has heard one, each once
+		// fan-out has delivered the one before to reader's home, which it
+		// could otherwise overtake there.
+		msgs := make(chan wsMessage)
+		go func() {
+			defer close(msgs)
+			for {
+				m, err := c.read(readTimeout)
+				if err != nil {
+					return
+				}
+				msgs <- m
+			}
+		}()
+		live := map[string]bool{}
+		postLive := func() {
+			body := fmt.Sprintf("round %d, live %d", round, len(live))
+			live[s.post(t, author, body)] = true
+			eventually(t, body+" in reader's home", func() bool { return s.home(t, reader, 1).bodies()[0] == body })
+		}
+		postLive()
+		tick := time.NewTicker(time.Second)
+		heard := map[string]bool{}
+		for len(heard) < 2*len(feeds) {
+			var m wsMessage
+			select {
+			case <-tick.C:
+				if len(live) == 20 {
+					t.Fatalf("round %d, %s: only %v heard a live post", round, proto, heard)
+				}
+				postLive()
+				continue
+			case got, ok := <-msgs:
+				if !ok {
+					t.Fatalf("round %d, %s: the websocket ended", round, proto)
+				}
+				m = got
+			}
 			if m.Type != "next" && m.Type != "data" {
 				t.Fatalf("round %d, %s: got %s %s %s, want events", round, proto, m.Type, m.ID, m.Payload)
 			}
 			ev := decodeEvent(t, m)
 			switch {
 			case ev.Kind == "RESYNC":
-				t.Fatalf("round %d, %s: %s began with RESYNC at %s", round, proto, m.ID, ev.Cursor)
+				t.Fatalf("round %d, %s: %s got a RESYNC at %s", round, proto, m.ID, ev.Cursor)
 			case strings.HasSuffix(m.ID, " after") && !after(ev.Cursor, cursors[m.ID]):
 				t.Fatalf("round %d, %s: %s got %+v, at or before its cursor %s", round, proto, m.ID, ev, cursors[m.ID])
-			case ev.PostID != nil && *ev.PostID == second:
-				heardSecond++
-			case ev.PostID != nil && *ev.PostID == first && strings.HasSuffix(m.ID, " after"):
-				if heardFirst++; heardFirst == len(feeds) {
-					second = s.post(t, author, fmt.Sprintf("round %d, live again", round))
-				}
+			case ev.PostID != nil && live[*ev.PostID]:
+				heard[m.ID] = true
 			}
 			// The round's post may come first: without after:, the
 			// subscription may have started before the channel
 			// dispatched it; from a home timeline's cursor, the page
 			// may have been read before fan-out delivered it there.
 		}
+		tick.Stop()
 		c.conn.Close()
+		for range msgs { // the reader ends with the connection
+		}
 	}
 }
