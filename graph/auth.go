@@ -116,6 +116,9 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 		sess := warble.SessionFromContext(authCtx)
 		forbid := func() { endWebsocket(ctx, closeForbidden) }
 		if watcher != nil {
+			// It waits until a logout would be heard: on a cluster whose
+			// master of the revocations' channel does not answer, until
+			// the transport's bound refuses the connection (AckTimeout).
 			revoked, _ := watcher.WatchSession(authCtx, sess.TokenHash)
 			context.AfterFunc(revoked, func() {
 				if authCtx.Err() == nil { // revoked, not closed

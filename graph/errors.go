@@ -85,7 +85,7 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		msg := "Internal error."
 		if unavailable(err) {
-			msg = "The service is temporarily unavailable. Please try again."
+			msg = unavailableMessage
 		}
 		log.ErrorContext(ctx, "graphql: internal error", "path", gqlErr.Path.String(), "err", err)
 		return &gqlerror.Error{
@@ -95,6 +95,10 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 	}
 }
+
+// unavailableMessage is what a client reads when the data store is out of
+// reach.
+const unavailableMessage = "The service is temporarily unavailable. Please try again."
 
 // unavailable reports whether err is a failure to reach the data store, a
 // network error or a connection that ended mid-answer, rather than a fault

@@ -44,6 +44,10 @@ type Websocket struct {
 	// InitTimeout is how long a client has to send connection_init. Zero
 	// means 10 seconds.
 	InitTimeout time.Duration
+	// AckTimeout bounds how long Init may take to authenticate a
+	// connection: past it, the connection is closed with 1013 (try again
+	// later). Zero means 5 seconds.
+	AckTimeout time.Duration
 	// Allow, if set, is asked before each handshake is accepted, with the
 	// client's address; an ERATELIMITED error refuses it with 429.
 	Allow func(ctx context.Context, addr string) error
@@ -133,13 +137,64 @@ func (t *Websocket) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 
 // WithWebsocketLifetime returns a copy of ctx, the base context of an
 // http.Server, that bounds the websockets the server upgrades: when ctx
-// ends, they close. A request's own context cannot: net/http ends it when
-// the handler returns, which Websocket.Do does right after the upgrade.
-func WithWebsocketLifetime(ctx context.Context) context.Context {
-	return context.WithValue(ctx, lifetimeKey{}, ctx)
+// ends, they close, with 1001 (going away). A request's own context cannot:
+// net/http ends it when the handler returns, which Websocket.Do does right
+// after the upgrade.
+//
+// wait returns once every websocket upgraded under the returned context has
+// closed (its close frame written, or its write timed out), or when its own
+// ctx ends. http.Server.Shutdown does not wait for them, as they are
+// hijacked connections: a process that exits after Shutdown alone cuts the
+// close frames short, and its clients see an abnormal closure (1006)
+// instead.
+func WithWebsocketLifetime(ctx context.Context) (_ context.Context, wait func(context.Context) error) {
+	l := &lifetime{ctx: ctx}
+	return context.WithValue(ctx, lifetimeKey{}, l), l.wait
 }
 
 type lifetimeKey struct{}
+
+// lifetime counts the open websockets of a server, for its shutdown.
+type lifetime struct {
+	ctx  context.Context
+	mu   sync.Mutex
+	open int
+	idle chan struct{} // made by wait, closed when open drops to 0
+}
+
+func (l *lifetime) add() {
+	l.mu.Lock()
+	l.open++
+	l.mu.Unlock()
+}
+
+func (l *lifetime) done() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open--; l.open == 0 && l.idle != nil {
+		close(l.idle)
+		l.idle = nil
+	}
+}
+
+func (l *lifetime) wait(ctx context.Context) error {
+	l.mu.Lock()
+	if l.open == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	if l.idle == nil {
+		l.idle = make(chan struct{})
+	}
+	idle := l.idle
+	l.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // connKey holds the *wsConn of a websocket's context.
 type connKey struct{}
@@ -226,6 +281,13 @@ func (t *Websocket) writeTimeout() time.Duration {
 		return 10 * time.Second
 	}
 	return t.WriteTimeout
+}
+
+func (t *Websocket) ackTimeout() time.Duration {
+	if t.AckTimeout <= 0 {
+		return 5 * time.Second
+	}
+	return t.AckTimeout
 }
 
 func (t *Websocket) initTimeout() time.Duration {

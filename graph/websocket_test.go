@@ -130,8 +130,13 @@ func TestWebsocketOperations(t *testing.T) {
 			if m.Type != tt.wantType || m.ID != "op" || !strings.Contains(string(m.Payload), tt.wantInPayload) {
 				t.Fatalf("got %s %s %s, want %s with %s", m.Type, m.ID, m.Payload, tt.wantType, tt.wantInPayload)
 			}
-			if m := readMessage(t, conn); m.Type != "complete" || m.ID != "op" {
-				t.Fatalf("then %s %s, want complete", m.Type, m.ID)
+			// On graphql-transport-ws an error is an operation's last
+			// message; a result, and the legacy protocol's error, are
+			// followed by complete.
+			if tt.wantType != "error" || tt.proto == protoLegacyWS {
+				if m := readMessage(t, conn); m.Type != "complete" || m.ID != "op" {
+					t.Fatalf("then %s %s, want complete", m.Type, m.ID)
+				}
 			}
 			// The connection goes on.
 			send(t, conn, `{"type":"`+typ+`","id":"again","payload":{"query":"{ __typename }"}}`)
@@ -214,18 +219,23 @@ func TestWebsocketPong(t *testing.T) {
 }
 
 // Websockets of a server whose base context carries WithWebsocketLifetime
-// close when it ends, although their handlers returned long before.
+// close with 1001 when it ends, although their handlers returned long
+// before, and its wait returns once they have.
 func TestWebsocketLifetime(t *testing.T) {
 	h := NewHandler(HandlerConfig{Resolver: &Resolver{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	life, end := context.WithCancel(context.Background())
 	defer end()
 	hs := httptest.NewUnstartedServer(h)
-	hs.Config.BaseContext = func(net.Listener) context.Context { return WithWebsocketLifetime(life) }
+	life, closed := WithWebsocketLifetime(life)
+	hs.Config.BaseContext = func(net.Listener) context.Context { return life }
 	hs.Start()
 	t.Cleanup(hs.Close)
 	conn := dialAcked(t, "ws"+strings.TrimPrefix(hs.URL, "http"), protoLegacyWS)
 	end()
-	if code, _ := readClose(t, conn); code != websocket.CloseNormalClosure {
-		t.Fatalf("closed with %d, want a normal closure", code)
+	if err := closed(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := readClose(t, conn); code != websocket.CloseGoingAway {
+		t.Fatalf("closed with %d, want 1001 (going away)", code)
 	}
 }

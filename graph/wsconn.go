@@ -42,6 +42,7 @@ type wsConn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopLife func() bool
+	life     *lifetime // the server's, if it has one: told when the connection has closed
 
 	wmu sync.Mutex // held while a message is written
 
@@ -62,8 +63,10 @@ func newWSConn(t *Websocket, exec graphql.GraphExecutor, conn *websocket.Conn, r
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c)
 	c.base, c.cancel = context.WithCancel(ctx)
 	c.stopLife = func() bool { return false }
-	if life, ok := r.Context().Value(lifetimeKey{}).(context.Context); ok {
-		c.stopLife = context.AfterFunc(life, c.cancel)
+	if l, ok := r.Context().Value(lifetimeKey{}).(*lifetime); ok {
+		l.add()
+		c.life = l
+		c.stopLife = context.AfterFunc(l.ctx, c.cancel)
 	}
 	context.AfterFunc(c.base, c.ended)
 	conn.SetReadLimit(MaxWebsocketMessage)
@@ -175,7 +178,7 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 	ctx := c.base
 	if c.t.Init != nil {
 		var err error
-		if ctx, err = c.t.Init(c.base, payload); err != nil {
+		if ctx, err = c.authenticate(payload); err != nil {
 			code, reason := closeForbidden, "Forbidden"
 			var ir *initRefusal
 			if errors.As(err, &ir) {
@@ -212,6 +215,35 @@ func (c *wsConn) init(raw json.RawMessage) bool {
 	return true
 }
 
+// authenticate runs Init, for at most the handler's AckTimeout: past it, the
+// connection is refused with 1013, try again later. A Redis that is frozen
+// or unreachable (not down: a refused dial fails at once) holds each command
+// for go-redis's read timeout, and a signed-in connection_init makes several
+// (the session, its watch, its user's seen time, on a cluster maybe on a
+// master that does not answer), where clients wait for connection_ack with
+// no timeout of their own (graphql-ws's default): they would hang on, not
+// knowing why. Init goes on in the background until Redis answers; the
+// connection's context, which it was given, ends with the refusal.
+func (c *wsConn) authenticate(payload map[string]any) (context.Context, error) {
+	type result struct {
+		ctx context.Context
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, err := c.t.Init(c.base, payload)
+		done <- result{ctx, err}
+	}()
+	t := time.NewTimer(c.t.ackTimeout())
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.ctx, r.err
+	case <-t.C:
+		return nil, &initRefusal{code: closeTryAgainLater, reason: "Try again later", message: unavailableMessage}
+	}
+}
+
 // initRefusal is Init's error for a connection to refuse with a code other
 // than 4403.
 type initRefusal struct {
@@ -223,9 +255,15 @@ type initRefusal struct {
 func (e *initRefusal) Error() string { return e.message }
 
 // ended closes the connection when its context ends: the session was
-// revoked or expired (4403, see endWebsocket), or the server shuts down.
+// revoked or expired (4403, see endWebsocket), or the server shuts down
+// (1001, going away: graphql-transport-ws clients reconnect after it, to
+// another server or this one back).
 func (c *wsConn) ended() {
-	c.close(websocket.CloseNormalClosure, "terminated")
+	if code := c.closeCode.Load(); code != 0 {
+		c.close(int(code), "Forbidden")
+		return
+	}
+	c.close(websocket.CloseGoingAway, "Server shutting down")
 }
 
 // refuse closes the connection for a protocol error, telling a legacy
@@ -242,7 +280,8 @@ func (c *wsConn) refuseWith(code int, reason, message string) {
 
 // close closes the connection once, with a close frame of code unless it
 // is 0 (the connection is broken), and ends its operations. A normal
-// closure becomes the code endWebsocket left.
+// closure becomes the code endWebsocket left. The server's lifetime hears
+// of it once the close frame is written and the connection closed.
 func (c *wsConn) close(code int, reason string) {
 	c.mu.Lock()
 	if c.closed {
@@ -269,6 +308,9 @@ func (c *wsConn) close(code int, reason string) {
 		op.finish(false)
 	}
 	c.cancel()
+	if c.life != nil {
+		c.life.done()
+	}
 }
 
 // closeReason cuts reason to what a close frame holds: a control frame
@@ -482,13 +524,26 @@ func (c *wsConn) remove(op *wsOperation) {
 	}
 }
 
-// stop ends operation id at the client's request, with complete.
+// stop ends operation id at the client's request. On graphql-transport-ws
+// the server sends nothing more for it, complete included: the client may
+// start another operation under the same id at once, and an echoed complete
+// would reach it after that subscribe and end the new one. The legacy
+// protocol's servers answered a stop with complete, and so does this.
+//
+// An event being written meanwhile is let finish first (pullMu), so that
+// none follows once the complete is handled; the operation ends before
+// that, so that an event that is being taken is not waited for.
 func (c *wsConn) stop(id string) {
 	c.mu.Lock()
 	op := c.find(id)
 	c.mu.Unlock()
-	if op != nil {
-		op.finish(true)
+	if op == nil || !op.finish(false) {
+		return
+	}
+	op.pullMu.Lock()
+	op.pullMu.Unlock() //lint:ignore SA2001 waiting for a write in progress is the point
+	if c.legacy {
+		c.writeMessage("complete", id, nil)
 	}
 }
 
@@ -525,8 +580,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		c.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
-		op.finish(true)
+		op.fail(gqlerror.List{{Message: "invalid json"}})
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: readStart, End: graphql.Now()}
@@ -536,10 +590,10 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 	} else if errs != nil {
 		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			c.sendErrors(op.id, resp.Errors)
-		} else {
-			c.sendResponse(op.id, &graphql.Response{Errors: errs})
+			op.fail(resp.Errors)
+			return
 		}
+		c.sendResponse(op.id, &graphql.Response{Errors: errs})
 		op.finish(true)
 		return
 	}
@@ -596,8 +650,25 @@ func (op *wsOperation) recover(ctx context.Context) {
 	} else {
 		gerr = &gqlerror.Error{Message: "internal system error"}
 	}
-	op.conn.sendErrors(op.id, gqlerror.List{gerr})
-	op.finish(true)
+	op.fail(gqlerror.List{gerr})
+}
+
+// fail ends the operation with an error message. On graphql-transport-ws
+// the error is the operation's last message (no complete follows it), and
+// the operation leaves the connection before it is written, so that a
+// client that starts another under the same id on hearing it is not taken
+// for a duplicate (4409). The legacy protocol's complete follows the error,
+// as it did.
+func (op *wsOperation) fail(errs gqlerror.List) {
+	c := op.conn
+	if c.legacy {
+		c.sendErrors(op.id, errs)
+		op.finish(true)
+		return
+	}
+	if op.finish(false) { // not ended meanwhile by the client's complete
+		c.sendErrors(op.id, errs)
+	}
 }
 
 // Attached implements warble.EventReceiver.
@@ -632,17 +703,21 @@ func (op *wsOperation) pull() {
 		op.finish(true) // the subscription ended
 		return
 	}
+	if op.isDone() { // the client completed it meanwhile (see stop)
+		return
+	}
 	op.conn.sendResponse(op.id, resp)
 }
 
 // finish ends the operation once: it leaves the connection's operations,
-// the client hears complete (unless the connection is closing), and its
-// context ends, which ends its subscription in the hub.
-func (op *wsOperation) finish(complete bool) {
+// the client hears complete if asked, and its context ends, which ends its
+// subscription in the hub. It reports whether it ended the operation: false
+// when it had ended already.
+func (op *wsOperation) finish(complete bool) bool {
 	op.mu.Lock()
 	if op.done {
 		op.mu.Unlock()
-		return
+		return false
 	}
 	op.done = true
 	op.mu.Unlock()
@@ -654,4 +729,5 @@ func (op *wsOperation) finish(complete bool) {
 		c.writeMessage("complete", op.id, nil)
 	}
 	op.cancel()
+	return true
 }

@@ -69,6 +69,23 @@ func testConfig(t testing.TB, change ...func(*Config)) Config {
 // server too, for tests of two Warbles on one Redis.
 func startTestServer(t testing.TB, rs *redistest.Server, cfg Config, wrap func(net.Listener) net.Listener) *testServer {
 	t.Helper()
+	a := newTestApp(t, rs, cfg)
+	hs := httptest.NewUnstartedServer(a.handler)
+	if wrap != nil {
+		hs.Listener = wrap(hs.Listener)
+	}
+	hs.Start()
+	t.Cleanup(func() {
+		a.Close()
+		hs.CloseClientConnections()
+		hs.Close()
+	})
+	return &testServer{URL: hs.URL, app: a, redis: rs}
+}
+
+// newTestApp is Warble with cfg on rs, not serving yet.
+func newTestApp(t testing.TB, rs *redistest.Server, cfg Config) *App {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -84,18 +101,7 @@ func startTestServer(t testing.TB, rs *redistest.Server, cfg Config, wrap func(n
 	}
 	client.AddHook(redistest.NewSlotGuard(t))
 	t.Cleanup(func() { client.Close() })
-	a := New(cfg, client, log)
-	hs := httptest.NewUnstartedServer(a.handler)
-	if wrap != nil {
-		hs.Listener = wrap(hs.Listener)
-	}
-	hs.Start()
-	t.Cleanup(func() {
-		a.Close()
-		hs.CloseClientConnections()
-		hs.Close()
-	})
-	return &testServer{URL: hs.URL, app: a, redis: rs}
+	return New(cfg, client, log)
 }
 
 type testWriter struct{ t testing.TB }

@@ -10,8 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warble/warble/internal/redistest"
 )
 
 func TestGETServesQueriesOnly(t *testing.T) {
@@ -349,4 +353,104 @@ func TestSubscriptionsNeedAWebsocket(t *testing.T) {
 		}
 		// GET is gqlgen's to refuse, as for mutations: queries only.
 	}
+}
+
+// TestShutdownLetsRequestsInFlightFinish: a request that is being answered
+// when the server starts to stop is answered in full (net/http's Shutdown
+// waits for it), not cut short by the end of the server's context: its
+// next Redis command would fail at once with "context canceled" and the
+// client read "Internal error.". Here the request waits on a frozen
+// redis-server while the server stops, then Redis thaws.
+func TestShutdownLetsRequestsInFlightFinish(t *testing.T) {
+	rs := redistest.New(t)
+	a := newTestApp(t, rs, testConfig(t))
+	t.Cleanup(func() { a.Close() })
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &requestListener{Listener: inner, requested: make(chan struct{}, 1), closed: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+	s := &testServer{URL: "http://" + inner.Addr().String(), app: a, redis: rs}
+	u := s.signup(t, "lastword")
+	<-ln.requested // the signup's
+
+	rs.Signal(t, syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			rs.Signal(t, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	answered := make(chan gqlResponse, 1)
+	go func() {
+		// A connection of its own, so that the request is the next one
+		// the server reads.
+		client := &http.Client{Transport: &http.Transport{}}
+		resp, err := client.Do(s.request(u.Token, `mutation { createPost(input: {body: "while stopping"}) { post { body } } }`, nil))
+		var r gqlResponse
+		if err != nil {
+			r.Errors = []gqlError{{Message: err.Error()}}
+		} else {
+			json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+		}
+		answered <- r
+	}()
+	<-ln.requested
+	cancel()
+	<-ln.closed // Shutdown has begun: it closes the listener first
+	thaw()
+	if r := <-answered; len(r.Errors) > 0 || !strings.Contains(string(r.Data), "while stopping") {
+		t.Fatalf("createPost in flight during the shutdown: %s %+v, want it answered", r.Data, r.Errors)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// requestListener tells when one of its connections has read a request's
+// first bytes, and when it is closed.
+type requestListener struct {
+	net.Listener
+	requested chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *requestListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &requestConn{Conn: conn, l: l}, nil
+}
+
+func (l *requestListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type requestConn struct {
+	net.Conn
+	l    *requestListener
+	once sync.Once
+}
+
+func (c *requestConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.once.Do(func() {
+			select {
+			case c.l.requested <- struct{}{}:
+			default:
+			}
+		})
+	}
+	return n, err
 }

@@ -10,12 +10,16 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/warble/warble/internal/redistest"
 )
 
 // hangBound is the longest any request may take while Redis is down. It
@@ -431,3 +435,109 @@ func (r *opReader) nextEvent(t *testing.T, op string) timelineEvent {
 	t.Helper()
 	return decodeEvent(t, r.next(t, op))
 }
+
+// TestSignedInWebsocketWhileRevocationsUnheard: a server that started while
+// the master of the revocations channel (w:ch:revoked) was frozen cannot hear
+// a logout yet, so it cannot take a signed-in websocket, whose session's own
+// master answers: its connection_init is refused with 1013 (try again later)
+// once the transport's bound has passed (graph.Websocket.AckTimeout), rather
+// than left waiting in WatchSession for that master, with no answer, for as
+// long as it stays frozen. Anonymous websockets are served meanwhile.
+func TestSignedInWebsocketWhileRevocationsUnheard(t *testing.T) {
+	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+		t.Skip("needs redis-server processes for a Redis Cluster")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
+		t.Skip("needs redis-server for a Redis Cluster")
+	}
+	// The other masters take the frozen one for failed only after a
+	// minute, and the cluster stays up for the slots they serve.
+	c := redistest.NewCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	rs := c.Server()
+	first := startTestServer(t, rs, testConfig(t), nil)
+	revokedMaster, err := c.NodeOf(t.Context(), "w:ch:revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A user whose session lives on another master.
+	var u testUser
+	for i := 0; ; i++ {
+		u = first.signup(t, fmt.Sprintf("frozen%d", i))
+		node, err := c.NodeOf(t.Context(), "w:u:{"+u.ID+"}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node != revokedMaster {
+			break
+		}
+	}
+
+	if err := revokedMaster.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	// No visits recorded: their index may be on the frozen master, and
+	// this test is about the revocations alone.
+	s := startTestServer(t, rs, testConfig(t, func(c *Config) { c.InactiveAfter = -1 }), nil)
+	t.Logf("a server started in %v with a master frozen", time.Since(started))
+	// Thawed before the server stops, which would wait on it.
+	t.Cleanup(func() { revokedMaster.Signal(syscall.SIGCONT) })
+
+	s.connect(t, protoTransportWS, "")
+	t.Logf("an anonymous websocket is acked")
+	for _, proto := range protocols {
+		ws, _, err := s.dialWS(t, proto, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ws.init(u.Token)
+		m, err := ws.read(8 * hangBound)
+		if err == nil && proto == protoLegacyWS && m.Type == "connection_error" {
+			m, err = ws.read(2 * hangBound)
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != 1013 {
+			t.Fatalf("%s: connection_init with a token while revocations are unheard: %s %s %v after %v, want close 1013", proto, m.Type, m.Payload, err, time.Since(start))
+		}
+		t.Logf("%s: connection_init with a token while revocations are unheard: closed with 1013 after %v", proto, time.Since(start))
+	}
+}
+
+// TestSignedInWebsocketWhileRedisFrozen: with the redis-server frozen
+// (SIGSTOP: it accepts connections and answers nothing, as a host that
+// stops answering does), a websocket that signs in cannot be checked, and
+// its connection_init is refused with 1013 (try again later) once the
+// transport's bound on it has passed (graph.Websocket.AckTimeout), rather
+// than after go-redis's timeouts have run their course for each command
+// the check makes. An anonymous one is acked: it needs no Redis.
+func TestSignedInWebsocketWhileRedisFrozen(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "frozen")
+	s.redis.Signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { s.redis.Signal(t, syscall.SIGCONT) })
+
+	s.connect(t, protoTransportWS, "")
+	for _, proto := range protocols {
+		ws, _, err := s.dialWS(t, proto, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ws.init(u.Token)
+		m, err := ws.read(frozenBound)
+		if err == nil && proto == protoLegacyWS && m.Type == "connection_error" {
+			m, err = ws.read(frozenBound)
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != 1013 {
+			t.Fatalf("%s: connection_init with a token and Redis frozen: %s %s %v after %v, want close 1013", proto, m.Type, m.Payload, err, time.Since(start))
+		}
+		t.Logf("%s: connection_init with a token and Redis frozen: closed with 1013 after %v", proto, time.Since(start))
+	}
+}
+
+// frozenBound is the longest a signed-in connection_init may wait while
+// Redis does not answer: the transport's 5 s bound and slack. Like
+// hangBound it is a safety net, not a benchmark.
+const frozenBound = 8 * time.Second

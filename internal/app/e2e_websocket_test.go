@@ -1,15 +1,19 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
 	"github.com/warble/warble/graph"
+	"github.com/warble/warble/internal/redistest"
 )
 
 // TestIdleSubscriptionsHoldNoGoroutine opens many sockets with two
@@ -205,9 +209,14 @@ func TestWebsocketOperationLimit(t *testing.T) {
 		if m.Type != "error" || m.ID != "one more" || !strings.Contains(string(m.Payload), `"BAD_USER_INPUT"`) {
 			t.Fatalf("%s: operation %d got %s %s %s, want an error with BAD_USER_INPUT", proto, graph.MaxWebsocketOperations+1, m.Type, m.ID, m.Payload)
 		}
+		// The server handles a connection's messages in order: "again"
+		// starts once 0 has made room, whether or not the client heard
+		// of it (the legacy protocol answers a stop with complete).
 		c.stop("0")
-		if m := next(); m.Type != "complete" || m.ID != "0" {
-			t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+		if proto == protoLegacyWS {
+			if m := next(); m.Type != "complete" || m.ID != "0" {
+				t.Fatalf("%s: after stopping 0 got %s %s %s, want complete 0", proto, m.Type, m.ID, m.Payload)
+			}
 		}
 		c.subscribe("again", sub, vars)
 		id := s.post(t, u, "to every subscription of "+proto)
@@ -222,5 +231,165 @@ func TestWebsocketOperationLimit(t *testing.T) {
 		if !seen["again"] {
 			t.Fatalf("%s: the subscription started after one stopped got no event", proto)
 		}
+	}
+}
+
+// TestCompleteByClientIsNotEchoed: on graphql-transport-ws a client's
+// complete ends its operation and the server sends nothing more for it,
+// complete included (the protocol's Complete, and what graphql-ws's own
+// server does), so that a client may start a new operation under the same
+// id at once: an echoed complete would reach it after that new subscribe
+// and end the new operation on the client. The legacy protocol's servers
+// answer a stop with complete, and Warble does as they did.
+func TestCompleteByClientIsNotEchoed(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "quiet")
+	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			after := s.syncCursor(t, u)
+			c := s.connect(t, proto, "")
+			c.subscribe("g", sub, map[string]any{"a": after})
+			c.stop("g")
+			// The same id again, in the same breath: the server reads a
+			// connection's messages in order, so everything it sends for
+			// the first operation comes before the second's events.
+			c.subscribe("g", sub, map[string]any{"a": after})
+			id := s.post(t, u, "after a complete, on "+proto)
+			if proto == protoLegacyWS {
+				if m := c.next(); m.Type != "complete" || m.ID != "g" {
+					t.Fatalf("after stop: %s %s %s, want complete", m.Type, m.ID, m.Payload)
+				}
+			}
+			if ev := c.nextEvent("g"); ev.PostID == nil || *ev.PostID != id {
+				t.Fatalf("the operation started again under its id got %+v first, want post %s", ev, id)
+			}
+		})
+	}
+}
+
+// TestShutdownClosesWebsocketsWithGoingAway: a server that stops sends every
+// open websocket, signed in or not, on either protocol, a close frame with
+// 1001 (going away), and Serve returns only once those frames are written
+// and the connections closed, so that a process exiting right after does
+// not cut them short (its clients would see an abnormal closure, 1006).
+// The server's connections write close frames slowly here, as on a slow
+// network: a Serve that did not wait for them returns first.
+func TestShutdownClosesWebsocketsWithGoingAway(t *testing.T) {
+	rs := redistest.New(t)
+	a := newTestApp(t, rs, testConfig(t))
+	t.Cleanup(func() { a.Close() })
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &closeFrameListener{Listener: inner}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, ln) }()
+	s := &testServer{URL: "http://" + inner.Addr().String(), app: a, redis: rs}
+
+	u := s.signup(t, "leaving")
+	after := s.syncCursor(t, u)
+	var clients []*wsClient
+	for _, proto := range protocols {
+		anon := s.connect(t, proto, "")
+		anon.subscribe("global", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+		home := s.connect(t, proto, u.Token)
+		home.subscribe("home", `subscription($a: String) { homeTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
+		clients = append(clients, anon, home)
+	}
+	id := s.post(t, u, "before the shutdown")
+	for _, c := range clients {
+		m := c.next()
+		if (m.Type != "next" && m.Type != "data") || !strings.Contains(string(m.Payload), id) {
+			t.Fatalf("%s: got %s %s %s, want post %s", c.proto, m.Type, m.ID, m.Payload, id)
+		}
+	}
+
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if sent, written := ln.closeFrames(); sent != len(clients) || written != len(clients) {
+		t.Fatalf("when Serve returned, %d close frames were begun and %d written, want %d of each", sent, written, len(clients))
+	}
+	for _, c := range clients {
+		for {
+			_, err := c.read(readTimeout)
+			if err == nil {
+				continue // a complete of a legacy subscription, a keep-alive
+			}
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+				t.Fatalf("%s: after the shutdown: %v, want close 1001 (going away)", c.proto, err)
+			}
+			break
+		}
+	}
+}
+
+// closeFrameListener's connections write websocket close frames slowly,
+// and count them.
+type closeFrameListener struct {
+	net.Listener
+	begun, written atomic.Int32
+}
+
+func (l *closeFrameListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &closeFrameConn{Conn: conn, l: l}, nil
+}
+
+func (l *closeFrameListener) closeFrames() (begun, written int) {
+	return int(l.begun.Load()), int(l.written.Load())
+}
+
+type closeFrameConn struct {
+	net.Conn
+	l *closeFrameListener
+}
+
+// Write delays a close frame from the server (final, opcode 8, unmasked:
+// gorilla/websocket writes a control frame in one Write).
+func (c *closeFrameConn) Write(p []byte) (int, error) {
+	if len(p) < 2 || p[0] != 0x88 {
+		return c.Conn.Write(p)
+	}
+	c.l.begun.Add(1)
+	time.Sleep(200 * time.Millisecond)
+	n, err := c.Conn.Write(p)
+	if err == nil {
+		c.l.written.Add(1)
+	}
+	return n, err
+}
+
+// TestErrorEndsOperation: on graphql-transport-ws an error message ends its
+// operation, and nothing follows it (the protocol's Error; graphql-ws's
+// server sends no complete after one), so that a client may start another
+// operation under the same id as soon as it hears the error: neither a late
+// complete nor a close for a duplicate id (4409) may meet it.
+func TestErrorEndsOperation(t *testing.T) {
+	s := newTestServer(t)
+	u := s.signup(t, "erring")
+	const sub = `subscription($a: String) { globalTimeline(after: $a) { ` + eventFields + ` } }`
+	c := s.connect(t, protoTransportWS, "")
+	for round := range 20 {
+		after := s.syncCursor(t, u)
+		c.subscribe("x", `subscription { noSuchField }`, nil)
+		if m := c.next(); m.Type != "error" || m.ID != "x" {
+			t.Fatalf("round %d: an invalid subscription got %s %s %s, want error", round, m.Type, m.ID, m.Payload)
+		}
+		c.subscribe("x", sub, map[string]any{"a": after})
+		id := s.post(t, u, "after an error")
+		if ev := c.nextEvent("x"); ev.PostID == nil || *ev.PostID != id {
+			t.Fatalf("round %d: the operation started again under its id got %+v first, want post %s", round, ev, id)
+		}
+		c.stop("x")
 	}
 }

@@ -102,12 +102,17 @@ func checkListpack(ctx context.Context, cfg Config, db *redisdb.DB) {
 }
 
 // Serve answers requests on ln until ctx ends, then stops accepting, closes
-// websockets (bound to BaseContext, see graph.WithWebsocketLifetime) and
-// waits for requests in flight.
+// websockets (their lifetime is in BaseContext, see
+// graph.WithWebsocketLifetime) and waits for requests in flight and for the
+// websockets' close frames, for at most 10 seconds in all.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBase()
-	baseCtx = graph.WithWebsocketLifetime(baseCtx)
+	life, endWebsockets := context.WithCancel(context.WithoutCancel(ctx))
+	defer endWebsockets()
+	life, websocketsClosed := graph.WithWebsocketLifetime(life)
+	// Requests carry the websockets' lifetime, not its end: one in flight
+	// when the server stops runs to its end, as Shutdown waits for it, where
+	// a cancelled context would fail its next Redis command at once.
+	baseCtx := context.WithoutCancel(life)
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -125,11 +130,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	a.log.Info("shutting down")
-	cancelBase() // ends websockets, which Shutdown does not wait for
+	endWebsockets() // Shutdown does not wait for them
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := websocketsClosed(shutdownCtx); err != nil {
+		a.log.Warn("websockets still closing at the end of the shutdown", "err", err)
 	}
 	return nil
 }

@@ -436,7 +436,7 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 			ch.fail(fmt.Errorf("subscribe to %s: %w", feed, err))
 		}
 	}
-	sub := &subscriber{ch: ch, floor: -1}
+	sub := &subscriber{ch: ch, floor: -1, after: -1}
 	ch.mu.Lock()
 	ch.subs[sub] = struct{}{}
 	ch.mu.Unlock()

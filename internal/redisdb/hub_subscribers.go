@@ -30,10 +30,11 @@ type subscriber struct {
 
 	// Set before begin and owned by the deliver goroutine afterwards
 	// (one at a time): POST_ADDED events at or below floor were replayed
-	// (those in replayed) or arrived too late to deliver in order (the
-	// others).
+	// (those in replayed), are the post at the client's cursor (after, -1
+	// without one), or arrived too late to deliver in order (the others).
 	floor    int64
 	replayed map[int64]bool
+	after    int64
 }
 
 // push queues an event without waiting. When the queue is full the
@@ -69,19 +70,28 @@ func (s *subscriber) push(e *hubEvent) {
 }
 
 // filter returns the event to send for e after a replay: nil for a post the
-// replay sent already, a RESYNC for one that came too late to be sent in
-// order, and e's event otherwise. A reset RESYNC lowers the floor to where
-// the timeline went back to: the client refetches, and the seqs above it
-// are new posts, whatever the replay held.
+// replay sent already or the post at the client's cursor, a RESYNC for one
+// that came too late to be sent in order, and e's event otherwise. A reset
+// RESYNC lowers the floor to where the timeline went back to: the client
+// refetches, and the seqs above it are new posts, whatever the replay held
+// or the cursor named.
+//
+// The post at the cursor comes live when the channel was behind the page
+// the client read its cursor from: another listener kept the channel, and
+// the post's message had not been handled when the replay read the
+// timeline. The client has that post (its cursor is the post's position);
+// a RESYNC for it would have every client that resumes from the newest post
+// refetch for nothing, on a busy timeline.
 func (s *subscriber) filter(e *hubEvent) *warble.TimelineEvent {
 	if e.reset {
 		s.floor = min(s.floor, e.seq)
 		s.replayed = nil
+		s.after = -1
 	}
 	if e.ev.Kind != warble.PostAdded || e.seq > s.floor {
 		return e.ev
 	}
-	if s.replayed[e.seq] {
+	if s.replayed[e.seq] || e.seq == s.after {
 		return nil
 	}
 	return resyncEvent(max(e.newest, s.floor))
@@ -93,6 +103,7 @@ func (s *subscriber) filter(e *hubEvent) *warble.TimelineEvent {
 // is in the replay or comes live, or both (then the live one is dropped).
 func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*warble.TimelineEvent, error) {
 	ch := sub.ch
+	sub.after = afterSeq
 	home := ch.feed.Kind == warble.FeedHome
 	args := redis.ZRangeArgs{Key: ch.key, Start: seqArg(afterSeq), Stop: "+inf", ByScore: true, Count: replayLimit + 1}
 	// The entries before the oldest: an entry that leaves the set between

@@ -837,6 +837,51 @@ func TestHubLateAdd(t *testing.T) {
 	}
 }
 
+// TestHubResumeFromAPostNotDispatchedYet: a subscription that resumes from
+// the cursor of a post that its live channel has not dispatched yet (another
+// listener keeps the channel, and the post's message is on its way) hears
+// nothing of that post, which its client has, where it got a RESYNC at its
+// own cursor. A post below the cursor that arrives then still gets a
+// RESYNC: the client may never have seen it.
+func TestHubResumeFromAPostNotDispatchedYet(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	add := func(seq int64, publish bool) {
+		t.Helper()
+		id := ada.ID + ":" + strconv.FormatInt(seq, 10)
+		db.client.HSet(ctx, postKey(ada.ID, strconv.FormatInt(seq, 10)), "body", "post", "createdAt", "1")
+		db.client.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq), Member: id})
+		if publish {
+			db.publish(ctx, db.client, globalChannel, encodeAdded(seq, id))
+		}
+	}
+	kept := mustSubscribe(t, h, warble.GlobalFeed(), nil)
+	add(100, true)
+	if ev := nextEvent(t, kept); eventSeq(t, ev) != 100 {
+		t.Fatalf("kept: event = %s at %d, want 100", ev.Kind, eventSeq(t, ev))
+	}
+
+	add(102, false) // in the timeline, its message not handled yet
+	after := warble.PostCursor(102)
+	events := mustSubscribe(t, h, warble.GlobalFeed(), &after)
+	db.publish(ctx, db.client, globalChannel, encodeAdded(102, ada.ID+":102"))
+	add(103, true)
+	if ev := nextEvent(t, events); ev.Kind != warble.PostAdded || eventSeq(t, ev) != 103 {
+		t.Fatalf("resumed from 102: event = %s at %d, want POST_ADDED at 103", ev.Kind, eventSeq(t, ev))
+	}
+	add(101, true) // below the cursor, landed late
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync || eventSeq(t, ev) != 103 {
+		t.Fatalf("resumed from 102, then 101 landed: event = %s at %d, want RESYNC at 103", ev.Kind, eventSeq(t, ev))
+	}
+	for _, want := range []int64{102, 103} {
+		if ev := nextEvent(t, kept); ev.Kind != warble.PostAdded || eventSeq(t, ev) != want {
+			t.Fatalf("kept: event = %s at %d, want POST_ADDED at %d", ev.Kind, eventSeq(t, ev), want)
+		}
+	}
+}
+
 // takingReceiver is a warble.EventReceiver that takes each event from the
 // subscription's channel in EventReady, as the websocket transport does,
 // and fails if it has to wait for one.

@@ -49,7 +49,7 @@ func New(tb testing.TB) *Server {
 		if err := c.Flush(context.Background()); err != nil {
 			tb.Fatalf("redistest: %v", err)
 		}
-		return &Server{Network: "tcp", Addr: c.Masters()[0].Addr, URL: c.URL, cluster: c}
+		return c.Server()
 	}
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
@@ -113,6 +113,12 @@ func newEmbedded(tb testing.TB) *Server {
 	return &Server{Addr: m.Addr(), Network: "tcp", URL: "redis://" + m.Addr(), mini: m}
 }
 
+// Server returns c as a Server, as New returns the shared cluster, for a
+// test that needs a cluster of its own (one it freezes a node of, say).
+func (c *Cluster) Server() *Server {
+	return &Server{Network: "tcp", Addr: c.Masters()[0].Addr, URL: c.URL, cluster: c}
+}
+
 // Embedded reports whether s is the embedded in-memory Redis.
 func (s *Server) Embedded() bool { return s.mini != nil }
 
@@ -170,6 +176,20 @@ func (s *Server) Stop(tb testing.TB) {
 		tb.Fatal("redistest: Stop needs a redis-server started by redistest")
 	}
 	s.stop()
+}
+
+// Signal sends sig to the server's process: SIGSTOP and SIGCONT freeze and
+// thaw it, as a host that stops answering for a while would (connections
+// are still accepted, by the kernel, and nothing is answered).
+func (s *Server) Signal(tb testing.TB, sig os.Signal) {
+	tb.Helper()
+	s.skipOnCluster(tb, "Signal")
+	if s.cmd == nil || s.cmd.Process == nil {
+		tb.Skip("redistest: Signal needs a redis-server started by redistest")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("redistest: signal %v: %v", sig, err)
+	}
 }
 
 // Restart starts a stopped server again at the same address.
