@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
@@ -187,6 +189,33 @@ func TestFindTimelineSkipsDeleted(t *testing.T) {
 	}
 	if rest := readTimeline(t, db, warble.GlobalFeed(), 100, nil); len(rest) != 7 {
 		t.Errorf("whole timeline has %d posts, want 7", len(rest))
+	}
+}
+
+// TestFindTimelineForeignMember checks that a member of a timeline that is
+// not a post id (Warble writes none: data from elsewhere) is left out of
+// pages without moving where they end: its position comes from its score,
+// as a post's comes from its id, so paging still reads every post once.
+func TestFindTimelineForeignMember(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)).ID)
+	}
+	// Between posts 4 and 3, so that it ends the first read of a page of 2
+	// (posts 5 and 4, and it, the one read to know whether a next page
+	// exists).
+	seq3, _ := postSeq(ids[3])
+	if err := db.client.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq3) + 0.5, Member: "not a post"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := readTimeline(t, db, warble.GlobalFeed(), 2, nil)
+	want := slices.Clone(ids)
+	slices.Reverse(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("timeline = %v, want %v", got, want)
 	}
 }
 
