@@ -350,27 +350,43 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.SliceCmd, len(entries))
+	// First the distinct authors and each entry's (-1 for a malformed id),
+	// so that the reads are counted before they are queued.
+	authorOf := make([]int, len(entries))
 	var authorIDs []string
 	authorIndex := make(map[string]int)
-	pipe := db.client.Pipeline()
+	hashes := 0
 	for i, e := range entries {
-		author, seq, ok := splitPostID(e.postID)
+		author, _, ok := splitPostID(e.postID)
 		if !ok {
+			authorOf[i] = -1
 			continue
 		}
-		if e.post == nil {
-			cmds[i] = pipe.HMGet(ctx, postKey(author, seq), "body", "createdAt")
-		}
-		if _, seen := authorIndex[author]; !seen {
-			authorIndex[author] = len(authorIDs)
+		j, seen := authorIndex[author]
+		if !seen {
+			j = len(authorIDs)
+			authorIndex[author] = j
 			authorIDs = append(authorIDs, author)
+		}
+		authorOf[i] = j
+		if e.post == nil {
+			hashes++
 		}
 	}
 	if len(authorIDs) == 0 {
 		return nil, nil
 	}
-	authors := db.queueUsers(ctx, pipe, authorIDs)
+	reads := newHashReads(hashes + len(authorIDs))
+	cmds := make([]*redis.SliceCmd, len(entries))
+	for i, e := range entries {
+		if authorOf[i] >= 0 && e.post == nil {
+			author, seq, _ := splitPostID(e.postID)
+			cmds[i] = reads.add(ctx, postKey(author, seq), "body", "createdAt")
+		}
+	}
+	authors := db.queueUsers(ctx, reads, authorIDs)
+	pipe := db.client.Pipeline()
+	reads.queue(ctx, pipe)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
 	}
@@ -380,10 +396,11 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 	}
 
 	found := make([]*warble.Post, len(entries))
+	read := make([]warble.Post, 0, hashes) // one allocation for the posts read
 	var moved []string
 	for i, e := range entries {
 		switch {
-		case !isPostID(e.postID):
+		case authorOf[i] < 0:
 			// A malformed id: neither read nor an author.
 		case e.post != nil:
 			found[i] = e.post
@@ -400,9 +417,10 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 			}
 			createdAt, _ := vals[1].(string)
 			seq, _ := postSeq(e.postID)
-			found[i] = &warble.Post{
-				ID: e.postID, AuthorID: warble.PostAuthorID(e.postID), Body: body, CreatedAt: msTime(createdAt), Seq: seq,
-			}
+			read = append(read, warble.Post{
+				ID: e.postID, AuthorID: authorIDs[authorOf[i]], Body: body, CreatedAt: msTime(createdAt), Seq: seq,
+			})
+			found[i] = &read[len(read)-1]
 		}
 	}
 	if len(moved) > 0 {
@@ -422,7 +440,7 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 		if p == nil {
 			continue
 		}
-		p.Author = users[authorIndex[warble.PostAuthorID(entries[i].postID)]]
+		p.Author = users[authorOf[i]]
 		posts = append(posts, p)
 	}
 	return posts, nil
