@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -163,9 +164,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 	if len(posts) > page.First {
 		posts, more = posts[:page.First], true
 	}
-	for _, p := range posts {
-		tl.Edges = append(tl.Edges, &warble.PostEdge{Cursor: warble.PostCursor(p.Seq), Node: p})
-	}
+	tl.Edges = postEdges(posts)
 	tl.PageInfo.HasNextPage = more
 	switch {
 	case len(posts) == page.First:
@@ -181,6 +180,34 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		tl.PageInfo.EndCursor = &end
 	}
 	return tl, nil
+}
+
+// postEdges returns the edges of posts, in their order, with their
+// cursors: in four allocations for the page, where an edge and its cursor
+// at a time took five per post.
+func postEdges(posts []*warble.Post) []*warble.PostEdge {
+	edges := make([]*warble.PostEdge, len(posts))
+	if len(posts) == 0 {
+		return edges
+	}
+	each := make([]warble.PostEdge, len(posts))
+	// The cursors are written into one string and cut from it.
+	var b strings.Builder
+	b.Grow(len(posts) * 16) // a cursor of a seq below 10^11 is at most 16 bytes
+	var buf [32]byte
+	ends := make([]int, len(posts))
+	for i, p := range posts {
+		b.Write(warble.AppendPostCursor(buf[:0], p.Seq))
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	start := 0
+	for i, p := range posts {
+		each[i] = warble.PostEdge{Cursor: all[start:ends[i]], Node: p}
+		edges[i] = &each[i]
+		start = ends[i]
+	}
+	return edges
 }
 
 // beyondRedis reads the part of a feed that its sorted set does not hold:
