@@ -119,6 +119,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 	var posts []*warble.Post
 	var lastRead int64
 	more := false
+	fromTop := 0 // entries read from the sorted set, when the page starts at its newest
 	for reads := 0; len(posts) < want; reads++ {
 		if reads == maxPageReads {
 			more = true // stop here; the next page goes on from lastRead
@@ -137,6 +138,9 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", feed, err)
 		}
+		if beyond == nil {
+			fromTop += len(entries)
+		}
 		read, err := db.loadPosts(ctx, entries)
 		if err != nil {
 			return nil, fmt.Errorf("find %s: %w", feed, err)
@@ -153,6 +157,13 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		// The sorted set has no more below; whether the feed goes on
 		// beyond it depends on the feed.
 		if beyond != nil {
+			break
+		}
+		if feed.Kind == warble.FeedHome && page.After == nil && len(sources) == 0 && fromTop < db.opts.HomeCap {
+			// A first page that read the whole home timeline found fewer
+			// entries than its cap: none were cut off, and the timeline
+			// ends here, as beyondRedis would find, without its round
+			// trip (a new user's home page, or a short one).
 			break
 		}
 		if beyond, err = s.beyondRedis(ctx, db, feed, sources); err != nil {

@@ -244,4 +244,23 @@ func TestFindTimelineRoundTrips(t *testing.T) {
 	if counts[5] != 2 || counts[20] != 2 || counts[50] != 2 {
 		t.Errorf("round trips per page by size = %v, want 2 for each", counts)
 	}
+
+	// A home timeline shorter than its first page, and short of its cap,
+	// holds all of it: the page ends there, with nothing to ask about
+	// older posts the cap might have cut off.
+	// (The first home page of a process also reads which accounts are
+	// pulled, which it then keeps for a while.)
+	mustFollow(t, db, users[0].ID, users[1].ID)
+	firstPage(t, db, warble.HomeFeed(users[0].ID), 50)
+	before := counter.N()
+	tl, err := NewPostService(db).FindTimeline(context.Background(), warble.HomeFeed(users[0].ID), warble.PageArgs{First: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Edges) != 40 || tl.PageInfo.HasNextPage {
+		t.Errorf("home page of 50 has %d edges, HasNextPage %v; want the 40 posts of ada and bob, and no next page", len(tl.Edges), tl.PageInfo.HasNextPage)
+	}
+	if n := counter.N() - before; n != 2 {
+		t.Errorf("a short home timeline's first page took %d round trips, want 2", n)
+	}
 }
