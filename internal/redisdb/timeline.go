@@ -195,7 +195,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 
 // postEdges returns the edges of posts, in their order, with their
 // cursors: in four allocations for the page, where an edge and its cursor
-// at a time took five per post.
+// at a time took three per post.
 func postEdges(posts []*warble.Post) []*warble.PostEdge {
 	edges := make([]*warble.PostEdge, len(posts))
 	if len(posts) == 0 {
@@ -323,9 +323,10 @@ func postEntries(posts []*warble.Post) []feedEntry {
 // rangeFeed reads entries of a timeline with ZRANGE and args. A timeline
 // scores each post id by the seq that the id ends with, so the ids alone
 // say where each entry is: without WITHSCORES, Redis formats no scores and
-// go-redis parses none: a tenth less of Redis's CPU per home page. A member that is not a post id (which Warble never
-// writes) has no seq to read, so then the range is read again with its
-// scores, to keep a page's position exact.
+// go-redis parses none (a tenth less of Redis's CPU per home page). A
+// member that is not a post id (which Warble never writes) has no seq to
+// read, so then the range is read again with its scores, to keep a page's
+// position exact.
 func (db *DB) rangeFeed(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry, error) {
 	ids, err := db.client.ZRangeArgs(ctx, args).Result()
 	if err != nil {
