@@ -269,3 +269,53 @@ func msTime(s string) time.Time {
 
 // msString stores a time as unix ms.
 func msString(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+// hashReads queues the HMGETs of a batched read (a page's posts and their
+// authors) for one pipeline, with their arguments and commands in three
+// allocations in all. go-redis's HMGet makes an argument slice, boxes the
+// key and each field name, and allocates the command, for each hash, and
+// the pipeline grows its list of commands as they come; for the 26 hashes
+// of a home page of 20 posts those were some 160 allocations of the page's
+// 1,271.
+type hashReads struct {
+	args   []any
+	cmds   []redis.SliceCmd
+	queued []redis.Cmder
+}
+
+// maxReadFields is the most fields that one of a hashReads' HMGETs reads
+// (a user's three) without allocating room of its own.
+const maxReadFields = 3
+
+// newHashReads returns a hashReads with room for n HMGETs.
+func newHashReads(n int) *hashReads {
+	return &hashReads{
+		args:   make([]any, 0, n*(2+maxReadFields)),
+		cmds:   make([]redis.SliceCmd, 0, n),
+		queued: make([]redis.Cmder, 0, n),
+	}
+}
+
+// add queues HMGET key fields. Past the room that newHashReads made, it
+// allocates as go-redis would.
+func (r *hashReads) add(ctx context.Context, key string, fields ...any) *redis.SliceCmd {
+	start := len(r.args)
+	r.args = append(append(r.args, "hmget", key), fields...)
+	args := r.args[start:len(r.args):len(r.args)]
+	var cmd *redis.SliceCmd
+	if len(r.cmds) < cap(r.cmds) {
+		r.cmds = append(r.cmds, *redis.NewSliceCmd(ctx, args...))
+		cmd = &r.cmds[len(r.cmds)-1]
+	} else {
+		cmd = redis.NewSliceCmd(ctx, args...)
+	}
+	r.queued = append(r.queued, cmd)
+	return cmd
+}
+
+// queue adds the reads to pipe, in the order they were added.
+func (r *hashReads) queue(ctx context.Context, pipe redis.Pipeliner) {
+	if len(r.queued) > 0 {
+		_ = pipe.BatchProcess(ctx, r.queued...) // a Pipeline's BatchProcess only queues
+	}
+}

@@ -229,7 +229,9 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	} else {
 		_, readErr = s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			seqCmd = pipe.Incr(ctx, postSeqKey)
-			readAuthor = s.db.queueUsers(ctx, pipe, []string{authorID})
+			reads := newHashReads(1)
+			readAuthor = s.db.queueUsers(ctx, reads, []string{authorID})
+			reads.queue(ctx, pipe)
 			return nil
 		})
 	}

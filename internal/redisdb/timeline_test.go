@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
@@ -190,6 +192,33 @@ func TestFindTimelineSkipsDeleted(t *testing.T) {
 	}
 }
 
+// TestFindTimelineForeignMember checks that a member of a timeline that is
+// not a post id (Warble writes none: data from elsewhere) is left out of
+// pages without moving where they end: its position comes from its score,
+// as a post's comes from its id, so paging still reads every post once.
+func TestFindTimelineForeignMember(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)).ID)
+	}
+	// Between posts 4 and 3, so that it ends the first read of a page of 2
+	// (posts 5 and 4, and it, the one read to know whether a next page
+	// exists).
+	seq3, _ := postSeq(ids[3])
+	if err := db.client.ZAdd(ctx, globalKey, redis.Z{Score: float64(seq3) + 0.5, Member: "not a post"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := readTimeline(t, db, warble.GlobalFeed(), 2, nil)
+	want := slices.Clone(ids)
+	slices.Reverse(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("timeline = %v, want %v", got, want)
+	}
+}
+
 // TestFindTimelineRoundTrips checks that a page costs a constant number of
 // round trips: one range read, one fetch of the posts with their authors.
 func TestFindTimelineRoundTrips(t *testing.T) {
@@ -214,5 +243,24 @@ func TestFindTimelineRoundTrips(t *testing.T) {
 	}
 	if counts[5] != 2 || counts[20] != 2 || counts[50] != 2 {
 		t.Errorf("round trips per page by size = %v, want 2 for each", counts)
+	}
+
+	// A home timeline shorter than its first page, and short of its cap,
+	// holds all of it: the page ends there, with nothing to ask about
+	// older posts the cap might have cut off.
+	// (The first home page of a process also reads which accounts are
+	// pulled, which it then keeps for a while.)
+	mustFollow(t, db, users[0].ID, users[1].ID)
+	firstPage(t, db, warble.HomeFeed(users[0].ID), 50)
+	before := counter.N()
+	tl, err := NewPostService(db).FindTimeline(context.Background(), warble.HomeFeed(users[0].ID), warble.PageArgs{First: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Edges) != 40 || tl.PageInfo.HasNextPage {
+		t.Errorf("home page of 50 has %d edges, HasNextPage %v; want the 40 posts of ada and bob, and no next page", len(tl.Edges), tl.PageInfo.HasNextPage)
+	}
+	if n := counter.N() - before; n != 2 {
+		t.Errorf("a short home timeline's first page took %d round trips, want 2", n)
 	}
 }

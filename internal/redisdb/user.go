@@ -85,7 +85,9 @@ func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, erro
 		return nil, nil
 	}
 	pipe := db.client.Pipeline()
-	users := db.queueUsers(ctx, pipe, ids)
+	reads := newHashReads(len(ids))
+	users := db.queueUsers(ctx, reads, ids)
+	reads.queue(ctx, pipe)
 	if pipe.Len() == 0 {
 		return make([]*warble.User, len(ids)), nil
 	}
@@ -95,17 +97,19 @@ func (db *DB) findUsers(ctx context.Context, ids []string) ([]*warble.User, erro
 	return users(ctx)
 }
 
-// queueUsers queues findUsers' commands on pipe, and returns what reads
-// their answers once pipe has run, which costs no round trip more.
-func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func(context.Context) ([]*warble.User, error) {
+// queueUsers queues findUsers' commands on reads, and returns what reads
+// their answers once the pipeline they went in has run, which costs no
+// round trip more.
+func (db *DB) queueUsers(ctx context.Context, reads *hashReads, ids []string) func(context.Context) ([]*warble.User, error) {
 	cmds := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
 		if warble.ValidUserID(id) {
-			cmds[i] = pipe.HMGet(ctx, userKey(id), "username", "displayName", "createdAt")
+			cmds[i] = reads.add(ctx, userKey(id), "username", "displayName", "createdAt")
 		}
 	}
 	return func(context.Context) ([]*warble.User, error) {
 		users := make([]*warble.User, len(ids))
+		found := make([]warble.User, len(ids)) // one allocation for them all
 		for i, id := range ids {
 			if cmds[i] == nil {
 				continue
@@ -117,7 +121,8 @@ func (db *DB) queueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string
 			}
 			displayName, _ := vals[1].(string)
 			createdAt, _ := vals[2].(string)
-			users[i] = &warble.User{ID: id, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
+			found[i] = warble.User{ID: id, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
+			users[i] = &found[i]
 		}
 		return users, nil
 	}

@@ -335,6 +335,9 @@ func FuzzPostCursor(f *testing.F) {
 		case len(c) > 64:
 			t.Fatalf("PostCursor(%d) = %q is longer than the parser takes", n, c)
 		}
+		if got := string(AppendPostCursor([]byte(cursor), n)); got != cursor+c {
+			t.Fatalf("AppendPostCursor(%q, %d) = %q, want %q", cursor, n, got, cursor+c)
+		}
 
 		// Any other string either is refused as EINVALID or is exactly
 		// the cursor of the seq it parses to: one position, one cursor.

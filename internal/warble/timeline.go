@@ -99,6 +99,14 @@ func PostCursor(seq int64) string {
 	return encodeCursor(cursorPost + strconv.FormatInt(seq, 10))
 }
 
+// AppendPostCursor appends PostCursor(seq) to dst without allocating
+// more than dst's growth: a page encodes its cursors into one buffer, where
+// one string at a time cost three allocations per post.
+func AppendPostCursor(dst []byte, seq int64) []byte {
+	var raw [1 + 20]byte // the kind letter and the longest int64
+	return base64.RawURLEncoding.AppendEncode(dst, strconv.AppendInt(append(raw[:0], cursorPost...), seq, 10))
+}
+
 // ParsePostCursor returns the seq a post cursor encodes, or EINVALID.
 func ParsePostCursor(cursor string) (int64, error) {
 	raw, ok := decodeCursor(cursor, cursorPost)
