@@ -3,9 +3,7 @@ package redisdb
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/warble/warble/internal/warble"
 )
@@ -58,13 +56,4 @@ func BenchmarkFindTimeline(b *testing.B) {
 			}
 		})
 	}
-}
-
-// processCPU returns the user and system CPU time of this process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
