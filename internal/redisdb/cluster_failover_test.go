@@ -2,13 +2,15 @@ package redisdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
@@ -22,6 +24,10 @@ import (
 // seconds. Writes wait for a replica (Options.WaitReplicas, automatic on a
 // cluster with replicas): without that, a master killed before its replica
 // had a write it acknowledged takes the write with it (see durability.go).
+// Fan-out is asynchronous, as the server runs it (internal/app), with a
+// worker throughout: without AsyncFanOut a post whose fan-out failed at the
+// failover is acknowledged with no job to finish it, and nothing ever
+// delivers it to its followers.
 
 // TestClusterManualFailoverLosesNothing fails over with CLUSTER FAILOVER on
 // the replica, as an operator does before maintenance: the replica takes
@@ -54,7 +60,7 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 	requireClusterable(t)
 	ctx := context.Background()
 	c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
-	db := newClusterDB(t, c, Options{})
+	db := newClusterDB(t, c, Options{AsyncFanOut: true})
 	posts := NewPostService(db)
 	auth := NewAuthService(db)
 
@@ -79,6 +85,17 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A fan-out worker runs throughout, as in the server: it delivers the
+	// posts, and is failed over with the rest.
+	wctx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- NewWorker(db, WorkerOptions{Sweep: true, ClaimIdle: time.Second}).Run(wctx) }()
+	defer func() {
+		stopWorker()
+		if err := <-workerDone; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	}()
 	h := newTestHub(t, db)
 	home := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
 
@@ -164,32 +181,33 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 		t.Fatal(err)
 	}
 
-	// A post's inline fan-out may have failed at the failover (it is
-	// only logged): what an acknowledgement promises is the post and its
-	// job, and a worker runs the job, as in production. A job whose XADD
-	// failed waits in its author's outbox, which workers sweep once it is
-	// sweepAfter old: the test sweeps it now.
+	// What an acknowledgement promises is the post and its job. A job
+	// cut short at the failover is taken over once it has been idle for
+	// ClaimIdle; one whose XADD failed waits in its author's outbox,
+	// which a worker sweeps once it is sweepAfter old: the test sweeps
+	// it now.
 	if _, err := db.sweepOutboxes(ctx, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- NewWorker(db, WorkerOptions{Sweep: true, ClaimIdle: time.Second}).Run(wctx) }()
 	var homeIDs []string
-	waitFor(t, "the jobs of the acknowledged posts to reach the follower", func() bool {
+	var missing []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		homeIDs = zsetIDs(t, db, homeKey(bob.ID))
 		mu.Lock()
-		defer mu.Unlock()
+		missing = missing[:0]
 		for _, p := range acked {
 			if !slices.Contains(homeIDs, p.ID) {
-				return false
+				missing = append(missing, p.ID)
 			}
 		}
-		return true
-	})
-	stopWorker()
-	if err := <-workerDone; err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("worker: %v", err)
+		mu.Unlock()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for the jobs of the acknowledged posts to reach the follower: %v are missing; %s",
+				missing, fanOutState(db, ada.ID))
+		}
 	}
 
 	// Every acknowledged write is there.
@@ -327,4 +345,22 @@ func TestClusterWaitKeepsAcknowledgedWrites(t *testing.T) {
 			t.Logf("with the wait, CreatePost answered: %v", createErr)
 		})
 	}
+}
+
+// fanOutState says where a db's fan-out jobs are: its author's outbox,
+// and each shard's outbox index, stream and pending entries.
+func fanOutState(db *DB, authorID string) string {
+	ctx := context.Background()
+	var b strings.Builder
+	fmt.Fprintf(&b, "outbox %v", db.client.ZRange(ctx, outboxKey(authorID), 0, -1).Val())
+	for shard := range db.opts.FanOutShards {
+		index := db.client.ZRange(ctx, outboxIndexKey(shard), 0, -1).Val()
+		jobs := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Val()
+		pending := db.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: fanoutStreamKey(shard), Group: fanOutGroup, Start: "-", End: "+", Count: 100}).Val()
+		if len(index)+len(jobs)+len(pending) > 0 {
+			fmt.Fprintf(&b, "; shard %d: index %v, stream %v, pending %v", shard, index, jobs, pending)
+		}
+	}
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -768,5 +769,36 @@ func TestDedicatedClientWhileTheFirstConnectionOpens(t *testing.T) {
 		}
 		(<-made)()
 		c.Close()
+	}
+}
+
+// TestDedicatedClusterClientLearnsNodesOnItsOwn: a cluster client adds the
+// nodes it learns of to the array behind its options' Addrs, so the jobs
+// watch's client, made from the shared one's options, must not share that
+// array: both learn the masters a failover promotes at once (the race
+// detector saw it in TestClusterKilledMasterLosesNoAcknowledgedWrite).
+// Each client here is seeded with one master, in an array with room for
+// the others, and learns them at the same time as the other. Run with
+// -race.
+func TestDedicatedClusterClientLearnsNodesOnItsOwn(t *testing.T) {
+	c := testCluster(t)
+	for range 20 {
+		opts := c.Options()
+		opts.Addrs = append(make([]string, 0, len(c.Nodes)), c.Masters()[0].Addr)
+		cc := redis.NewClusterClient(opts)
+		d, closeD := dedicatedClient(cc, 1)
+		if unsafe.SliceData(d.(*redis.ClusterClient).Options().Addrs) == unsafe.SliceData(opts.Addrs) {
+			t.Fatal("the dedicated client's seed addresses share the shared client's array")
+		}
+		pinged := make(chan error)
+		go func() { pinged <- d.Ping(context.Background()).Err() }()
+		if err := cc.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-pinged; err != nil {
+			t.Fatal(err)
+		}
+		closeD()
+		cc.Close()
 	}
 }

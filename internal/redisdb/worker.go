@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -462,6 +463,12 @@ func dedicatedClient(c redis.UniversalClient, conns int) (redis.UniversalClient,
 		// Its pool per node grows to the blocked reads on that node.
 		opts := *c.Options()
 		opts.PoolSize, opts.MinIdleConns, opts.MaxIdleConns = conns, 0, conns
+		// A cluster client appends the nodes it learns of to the array
+		// behind its options' Addrs: two clients that share one write
+		// the same spare slots, from their own goroutines (a data race
+		// at every failover, and each client's seeds overwritten by the
+		// other's). This one gets an array of its own.
+		opts.Addrs = slices.Clone(opts.Addrs)
 		d := redis.NewClusterClient(&opts)
 		return d, func() { d.Close() }
 	}
