@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	neturl "net/url"
+	"slices"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -59,6 +60,9 @@ func openRedis(url string, log *slog.Logger) (redisClients, func(), error) {
 		var replicas *redis.ClusterClient
 		if opts.ReadOnly || opts.RouteByLatency || opts.RouteRandomly {
 			ro := *opts
+			// Each cluster client appends the nodes it learns of to its
+			// Addrs: the two must not share one array.
+			ro.Addrs = slices.Clone(opts.Addrs)
 			replicas = redis.NewClusterClient(clusterOptions(&ro))
 			opts.ReadOnly, opts.RouteByLatency, opts.RouteRandomly = false, false, false
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -61,6 +62,11 @@ func TestOpenRedisCluster(t *testing.T) {
 	if primary.Options().ReadOnly || !replicas.Options().ReadOnly {
 		t.Errorf("read_only URL: primary ReadOnly=%v, replicas ReadOnly=%v; want false, true",
 			primary.Options().ReadOnly, replicas.Options().ReadOnly)
+	}
+	// A cluster client adds the nodes it learns of to the array behind its
+	// Addrs: two clients sharing one would write it at once at a failover.
+	if unsafe.SliceData(primary.Options().Addrs) == unsafe.SliceData(replicas.Options().Addrs) {
+		t.Error("read_only URL: the two clients share one array of seed addresses")
 	}
 
 	single := open("redis://" + c.Masters()[0].Addr)
