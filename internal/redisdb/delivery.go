@@ -293,11 +293,15 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 }
 
 // jobEnd names the queued job of a fanOut, for fanOutJob to finish in its
-// last batch's pipeline; finished reports that it did.
+// last batch's pipeline; finished reports that it did. With readNext, that
+// pipeline also queues, after the job's end, the worker's read of its next
+// job (see Worker.run); its answer, or failure, is the worker's business
+// and fails nothing here.
 type jobEnd struct {
 	shard    int
 	id       string
 	finished bool
+	readNext func(redis.Pipeliner)
 }
 
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
@@ -457,6 +461,9 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 					finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
 						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
 						"finish", fanOutGroup, end.id, fanOutPendingField)
+					if end.readNext != nil {
+						end.readNext(pipe)
+					}
 					return
 				}
 				if !cluster {
@@ -466,6 +473,16 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			if err == nil && cluster {
 				// After the deliveries' answers: see the first step.
 				_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error { check(pipe); return nil })
+			}
+			if err != nil && finish != nil && end.readNext != nil {
+				// The pipeline's error may be the next job's read (none
+				// queued answers redis.Nil): only this job's commands count.
+				err = finish.Err()
+				for _, c := range cmds {
+					if err == nil {
+						err = c.Err()
+					}
+				}
 			}
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}

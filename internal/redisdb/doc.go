@@ -187,7 +187,9 @@
 // are split over Options.FanOutShards streams by author, so that on a
 // cluster they spread over the masters; a worker takes one job at a time,
 // from the shards in turn, and each process watches every shard's stream
-// with a blocked XREAD on a connection of its own (see jobWatch). An
+// with a blocked XREAD on a connection of its own (see jobWatch); on one
+// Redis, the pipeline that ends a job of one batch also reads the worker's
+// next job (Worker.readNext), which a worker that stops hands back. An
 // author's jobs are all in one shard, queued in order, as they were in the
 // one stream.
 //

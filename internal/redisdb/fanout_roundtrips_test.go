@@ -69,6 +69,93 @@ func TestSmallFanOutJobRoundTrips(t *testing.T) {
 	}
 }
 
+// TestSmallFanOutJobsBackToBack: on one Redis, the pipeline that ends a
+// small job also reads the worker's next job, so that a worker with jobs
+// waiting spends two round trips on each after the first (its deliveries,
+// with the next read, and the first step), and the job read that way is run
+// whole by the worker's next step.
+func TestSmallFanOutJobsBackToBack(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, w := newSmallJob(t)
+	author, _, _ := splitPostID(first)
+	second := mustQueuePost(t, db, author, "the second")
+	third := mustQueuePost(t, db, author, "the third")
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	want := []int64{3, 2, 2}
+	if db.onCluster() {
+		want = nil // the cluster's jobs end in a MULTI of their own
+	}
+	for i := range 3 {
+		before := counter.N()
+		if n, err := w.step(ctx); err != nil || n != 1 {
+			t.Fatalf("step %d = %d jobs, %v; want 1", i, n, err)
+		}
+		got := counter.N() - before
+		t.Logf("job %d took %d round trips", i, got)
+		if want != nil && got != want[i] {
+			t.Errorf("job %d took %d round trips, want %d", i, got, want[i])
+		}
+	}
+	for _, id := range []string{first, second, third} {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
+
+// TestHeldJobReleased: a worker that stops with a job it read as its next
+// and did not start hands it over: the first worker that looks for jobs of
+// dead workers takes it, rather than only once it has been idle for
+// ClaimIdle (an hour here).
+func TestHeldJobReleased(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, _ := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a worker reads its next job with the end of the last only on one Redis")
+	}
+	author, _, _ := splitPostID(first)
+	next := mustQueuePost(t, db, author, "the next")
+	w := NewWorker(db, WorkerOptions{ClaimIdle: time.Hour})
+	w.nextClaim = time.Now().Add(time.Hour)
+	for i := range w.ready {
+		w.ready[i] = true
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	if len(w.held) != 1 {
+		t.Fatalf("the worker holds %d jobs, want the next", len(w.held))
+	}
+	w.releaseHeld() // as Run does when it stops
+	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Hour})
+	if n, err := heir.step(ctx); err != nil || n != 1 {
+		t.Fatalf("heir's step = %d jobs, %v; want the released one", n, err)
+	}
+	if got := holding(t, db, followers, next); got != len(followers) {
+		t.Errorf("%d of %d followers hold the released job's post", got, len(followers))
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
+
+// mustQueuePost creates a post whose job is queued and not run.
+func mustQueuePost(tb testing.TB, db *DB, authorID, body string) string {
+	tb.Helper()
+	p, err := NewPostService(db).CreatePost(context.Background(), authorID, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.ID
+}
+
 // TestSmallFanOutJobRacingDelete deletes the post just before the pipeline
 // that delivers its only batch (and, on one Redis, ends its job): the
 // batch's check finds the hash gone, so the job must take the post back
@@ -98,13 +185,21 @@ func TestSmallFanOutJobRacingDelete(t *testing.T) {
 	if !deleted.done.Load() || !died.done.Load() {
 		t.Fatal("the post was not deleted during its job, or its undo did not fail")
 	}
-	if pending := mustPending(t, db, author); pending != 1 {
-		t.Fatalf("%d jobs pending, want the create job's", pending)
+	// The create job's, and on one Redis the delete's, which the pipeline
+	// that ended the create job's batch read for the worker as its next.
+	want := int64(1)
+	if !db.onCluster() {
+		want = 2
 	}
-	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Millisecond})
-	time.Sleep(2 * time.Millisecond)
-	if n, err := heir.step(ctx); err != nil || n != 1 {
-		t.Fatalf("take-over step = %d jobs, %v; want 1", n, err)
+	if pending := mustPending(t, db, author); pending != want {
+		t.Fatalf("%d jobs pending, want %d", pending, want)
+	}
+	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Millisecond, IdleLook: time.Millisecond})
+	for range want {
+		time.Sleep(2 * time.Millisecond)
+		if n, err := heir.step(ctx); err != nil || n != 1 {
+			t.Fatalf("take-over step = %d jobs, %v; want 1", n, err)
+		}
 	}
 	if got := holding(t, db, followers, postID); got != 0 {
 		t.Errorf("after the create job %d followers hold the deleted post", got)
