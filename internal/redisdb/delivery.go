@@ -393,11 +393,19 @@ func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID str
 }
 
 // jobEnd names the queued job of a fanOut, for fanOutJob to finish in its
-// last batch's pipeline; finished reports that it did.
+// last batch's pipeline; finished reports that it did. With readNext, that
+// pipeline also queues, after the job's end, the worker's read of its next
+// job (see Worker.run); its answer, or failure, is the worker's business
+// and fails nothing here.
 type jobEnd struct {
 	shard    int
 	id       string
 	finished bool
+	readNext func(redis.Pipeliner)
+	// followers are the followers the job carries, when carried (see
+	// fanOutCarried).
+	followers []string
+	carried   bool
 }
 
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
@@ -413,6 +421,9 @@ type jobEnd struct {
 // the threshold.
 func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error, end *jobEnd) error {
+	if end != nil && end.carried && from == startCursor && len(end.followers) <= batch && !db.onCluster() {
+		return db.fanOutCarried(ctx, authorID, seq, postID, end)
+	}
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
 	undo := func(followers []string) error {
@@ -557,6 +568,9 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 					finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
 						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
 						"finish", fanOutGroup, end.id, fanOutPendingField)
+					if end.readNext != nil {
+						end.readNext(pipe)
+					}
 					return
 				}
 				if !cluster {
@@ -566,6 +580,16 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			if err == nil && cluster {
 				// After the deliveries' answers: see the first step.
 				_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error { check(pipe); return nil })
+			}
+			if err != nil && finish != nil && end.readNext != nil {
+				// The pipeline's error may be the next job's read (none
+				// queued answers redis.Nil): only this job's commands count.
+				err = finish.Err()
+				for _, c := range cmds {
+					if err == nil {
+						err = c.Err()
+					}
+				}
 			}
 			if err != nil {
 				b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
@@ -659,6 +683,91 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			return settle(err)
 		}
 	}
+}
+
+// carriedFollowers is how many followers, at most, a post's job carries
+// from CreatePost (createPostOneRedisScript): one deliverBatchScript call's
+// worth, and none past the pull threshold, whose authors' jobs decide
+// between push and pull.
+func (db *DB) carriedFollowers() int {
+	if db.opts.PullThreshold >= 0 {
+		return min(deliverBatch, db.opts.PullThreshold)
+	}
+	return deliverBatch
+}
+
+// fanOutCarried runs a job that carries its author's followers, read in
+// the atomic step that stored the post and queued the job, on one Redis:
+// one pipeline puts the post on the global timeline, delivers it to those
+// followers, then checks that the post still exists and, if it does, ends
+// the job (finishFanOutLua), and it may read the worker's next job
+// (end.readNext). It saves the job's first round trip, which reads the
+// followers (fanOutJob), and costs what a job of one batch costs after
+// it: the same writes, each as idempotent, and the same check after them
+// all, the global timeline's included, so the argument of doc.go holds
+// (a post found deleted is taken back off the followers and the global
+// timeline before the job may leave the stream).
+//
+// The followers are those of the moment the post was stored rather than
+// of the job's walk: one who follows after that gets the post from
+// Follow's backfill, which finds it in the author's posts set, and one
+// who unfollows is skipped by the delivery's guard, as in a walk. Only a
+// job read new runs this way; one taken over from a worker that died
+// walks the followers (fanOutJob), since that worker, of an older
+// version, may have walked them, and its undo covers whom it may have
+// delivered to.
+func (db *DB) fanOutCarried(ctx context.Context, authorID string, seq int64, postID string, end *jobEnd) error {
+	seqText := strconv.FormatInt(seq, 10)
+	added := encodeAdded(seq, postID)
+	followers := end.followers
+	var global, finish *redis.Cmd
+	var cmds []*redis.Cmd
+	cutoff := db.inactiveCutoff()
+	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+		global = db.listGlobal(ctx, pipe, seqText, postID, added)
+		cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
+		finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
+			[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
+			"finish", fanOutGroup, end.id, fanOutPendingField)
+		if end.readNext != nil {
+			end.readNext(pipe)
+		}
+	}, db.pub(listGlobalScript), db.pub(deliverBatchScript))
+	if err != nil && finish != nil {
+		// Not the next job's read (none queued answers redis.Nil): this
+		// job's commands.
+		err = global.Err()
+		for _, c := range append(cmds, finish) {
+			if err == nil {
+				err = c.Err()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("deliver post %s: %w", postID, err)
+	}
+	n := 0
+	for _, c := range cmds {
+		if v, _ := c.Int64(); v > 0 {
+			n += int(v)
+		}
+	}
+	if db.opts.Delivered != nil && n > 0 {
+		db.opts.Delivered(n)
+	}
+	if found, _ := finish.Int64(); found == 1 {
+		end.finished = true
+		return nil
+	}
+	gone, err := db.deletedPost(ctx, authorID, postID)
+	if err != nil || !gone {
+		// Moved to the archive: delivered, and the worker ends the job.
+		return err
+	}
+	if err := db.undeliver(ctx, followers, seq, postID); err != nil {
+		return err
+	}
+	return db.unlistGlobal(ctx, seq, postID)
 }
 
 // fannedOut clears a post's fanOutPendingField, for a job that has

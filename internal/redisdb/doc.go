@@ -69,7 +69,11 @@
 //     atomic step that stores the post, and CreatePost answers only after
 //     that step: the job is in the stream if and only if the post was
 //     stored, and no outbox is needed. (A script there may touch every key
-//     it declares, whatever their slots.)
+//     it declares, whatever their slots.) A job of an author with few
+//     followers carries them, read in that step, and its worker delivers
+//     without walking them (fanOutCarried): those are the followers "as of
+//     the walk", and one who follows after the step gets the post from
+//     their follow's backfill, which finds it in the author's posts set.
 //   - On a Redis Cluster, the post's keys and the stream are in different
 //     slots, so the job is recorded in its author's outbox by
 //     createPostScript (and, on either, by deletePostScript), in the same
@@ -187,7 +191,9 @@
 // are split over Options.FanOutShards streams by author, so that on a
 // cluster they spread over the masters; a worker takes one job at a time,
 // from the shards in turn, and each process watches every shard's stream
-// with a blocked XREAD on a connection of its own (see jobWatch). An
+// with a blocked XREAD on a connection of its own (see jobWatch); on one
+// Redis, the pipeline that ends a job of one batch also reads the worker's
+// next job (Worker.readNext), which a worker that stops hands back. An
 // author's jobs are all in one shard, queued in order, as they were in the
 // one stream.
 //

@@ -36,37 +36,170 @@ func newSmallJob(t *testing.T) (*DB, []string, string, *Worker) {
 }
 
 // TestSmallFanOutJobRoundTrips checks what the fan-out job of an author
-// whose followers fit in one batch costs on one Redis: reading the job;
-// the global timeline, the post's check and the followers in one
-// pipeline; the deliveries, the check and the job's end in another. And
-// that it did the whole job: every follower has the post, the job left
-// the stream, and the post no longer waits for its fan-out.
+// whose followers fit in one batch costs on one Redis. A job that carries
+// its followers (CreatePost read them with the post): reading the job; the
+// global timeline, the deliveries, the check and the job's end in one
+// pipeline. A job without them (queued by an older Warble, or by the
+// outbox sweep): reading the job; the global timeline, the post's check
+// and the followers in one pipeline; the deliveries, the check and the
+// job's end in another. And that each did the whole job: every follower
+// has the post, the job left the stream, and the post no longer waits for
+// its fan-out.
 func TestSmallFanOutJobRoundTrips(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		carried bool
+		want    int64
+	}{
+		{name: "Carried", carried: true, want: 2},
+		{name: "Walked", want: 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, followers, postID, w := newSmallJob(t)
+			if !tt.carried {
+				requeueWithoutFollowers(t, db, postID)
+			}
+			counter := &redistest.RoundTrips{}
+			db.client.AddHook(counter)
+			if n, err := w.step(ctx); err != nil || n != 1 {
+				t.Fatalf("step = %d jobs, %v; want 1", n, err)
+			}
+			got := counter.N()
+			t.Logf("the job took %d round trips", got)
+			if !db.onCluster() && got != tt.want {
+				t.Errorf("the job took %d round trips, want %d", got, tt.want)
+			}
+			if got := holding(t, db, followers, postID); got != len(followers) {
+				t.Errorf("%d of %d followers hold the post", got, len(followers))
+			}
+			if err := db.client.ZScore(ctx, globalKey, postID).Err(); err != nil {
+				t.Errorf("the global timeline does not hold the post: %v", err)
+			}
+			if n := queuedJobs(t, db); n != 0 {
+				t.Errorf("%d jobs left in the stream, want none", n)
+			}
+			author, seq, _ := splitPostID(postID)
+			if pending := mustPending(t, db, author); pending != 0 {
+				t.Errorf("%d jobs pending in the group, want none", pending)
+			}
+			if db.client.HExists(ctx, postKey(author, seq), fanOutPendingField).Val() {
+				t.Error("the post still waits for its fan-out")
+			}
+		})
+	}
+}
+
+// requeueWithoutFollowers replaces the queued job of postID, which
+// CreatePost queued, by one that does not carry the author's followers,
+// as an older Warble queued them.
+func requeueWithoutFollowers(tb testing.TB, db *DB, postID string) {
+	tb.Helper()
 	ctx := context.Background()
-	db, followers, postID, w := newSmallJob(t)
+	author, _, _ := splitPostID(postID)
+	stream := fanoutStreamKey(db.fanOutShard(author))
+	entries, err := db.client.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Values["post"] == postID {
+			if _, ok := e.Values["followers"]; !ok && !db.onCluster() {
+				tb.Fatalf("CreatePost's job %v carries no followers", e.Values)
+			}
+			db.client.XDel(ctx, stream, e.ID)
+		}
+	}
+	if err := db.queueJob(ctx, opDeliver, postID); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// TestSmallFanOutJobsBackToBack: on one Redis, the pipeline that ends a
+// small job also reads the worker's next job, so that a worker with jobs
+// waiting spends one round trip on each after the first (the global
+// timeline, the deliveries, the check, the job's end and the next read),
+// and the job read that way is run whole by the worker's next step.
+func TestSmallFanOutJobsBackToBack(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, w := newSmallJob(t)
+	author, _, _ := splitPostID(first)
+	second := mustQueuePost(t, db, author, "the second")
+	third := mustQueuePost(t, db, author, "the third")
 	counter := &redistest.RoundTrips{}
 	db.client.AddHook(counter)
-	if n, err := w.step(ctx); err != nil || n != 1 {
-		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	want := []int64{2, 1, 1}
+	if db.onCluster() {
+		want = nil // the cluster's jobs end in a MULTI of their own
 	}
-	got := counter.N()
-	t.Logf("the job took %d round trips", got)
-	if !db.onCluster() && got != 3 {
-		t.Errorf("the job took %d round trips, want 3", got)
+	for i := range 3 {
+		before := counter.N()
+		if n, err := w.step(ctx); err != nil || n != 1 {
+			t.Fatalf("step %d = %d jobs, %v; want 1", i, n, err)
+		}
+		got := counter.N() - before
+		t.Logf("job %d took %d round trips", i, got)
+		if want != nil && got != want[i] {
+			t.Errorf("job %d took %d round trips, want %d", i, got, want[i])
+		}
 	}
-	if got := holding(t, db, followers, postID); got != len(followers) {
-		t.Errorf("%d of %d followers hold the post", got, len(followers))
+	for _, id := range []string{first, second, third} {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
 	}
 	if n := queuedJobs(t, db); n != 0 {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
-	author, seq, _ := splitPostID(postID)
 	if pending := mustPending(t, db, author); pending != 0 {
 		t.Errorf("%d jobs pending in the group, want none", pending)
 	}
-	if db.client.HExists(ctx, postKey(author, seq), fanOutPendingField).Val() {
-		t.Error("the post still waits for its fan-out")
+}
+
+// TestHeldJobReleased: a worker that stops with a job it read as its next
+// and did not start hands it over: the first worker that looks for jobs of
+// dead workers takes it, rather than only once it has been idle for
+// ClaimIdle (an hour here).
+func TestHeldJobReleased(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, _ := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a worker reads its next job with the end of the last only on one Redis")
 	}
+	author, _, _ := splitPostID(first)
+	next := mustQueuePost(t, db, author, "the next")
+	w := NewWorker(db, WorkerOptions{ClaimIdle: time.Hour})
+	w.nextClaim = time.Now().Add(time.Hour)
+	for i := range w.ready {
+		w.ready[i] = true
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	if len(w.held) != 1 {
+		t.Fatalf("the worker holds %d jobs, want the next", len(w.held))
+	}
+	w.releaseHeld() // as Run does when it stops
+	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Hour})
+	if n, err := heir.step(ctx); err != nil || n != 1 {
+		t.Fatalf("heir's step = %d jobs, %v; want the released one", n, err)
+	}
+	if got := holding(t, db, followers, next); got != len(followers) {
+		t.Errorf("%d of %d followers hold the released job's post", got, len(followers))
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
+
+// mustQueuePost creates a post whose job is queued and not run.
+func mustQueuePost(tb testing.TB, db *DB, authorID, body string) string {
+	tb.Helper()
+	p, err := NewPostService(db).CreatePost(context.Background(), authorID, body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.ID
 }
 
 // TestSmallFanOutJobRacingDelete deletes the post just before the pipeline
@@ -98,13 +231,21 @@ func TestSmallFanOutJobRacingDelete(t *testing.T) {
 	if !deleted.done.Load() || !died.done.Load() {
 		t.Fatal("the post was not deleted during its job, or its undo did not fail")
 	}
-	if pending := mustPending(t, db, author); pending != 1 {
-		t.Fatalf("%d jobs pending, want the create job's", pending)
+	// The create job's, and on one Redis the delete's, which the pipeline
+	// that ended the create job's batch read for the worker as its next.
+	want := int64(1)
+	if !db.onCluster() {
+		want = 2
 	}
-	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Millisecond})
-	time.Sleep(2 * time.Millisecond)
-	if n, err := heir.step(ctx); err != nil || n != 1 {
-		t.Fatalf("take-over step = %d jobs, %v; want 1", n, err)
+	if pending := mustPending(t, db, author); pending != want {
+		t.Fatalf("%d jobs pending, want %d", pending, want)
+	}
+	heir := NewWorker(db, WorkerOptions{ClaimIdle: time.Millisecond, IdleLook: time.Millisecond})
+	for range want {
+		time.Sleep(2 * time.Millisecond)
+		if n, err := heir.step(ctx); err != nil || n != 1 {
+			t.Fatalf("take-over step = %d jobs, %v; want 1", n, err)
+		}
 	}
 	if got := holding(t, db, followers, postID); got != 0 {
 		t.Errorf("after the create job %d followers hold the deleted post", got)
@@ -166,53 +307,73 @@ func (h *onPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // after the writes they guard (doc.go): after the writes in their pipeline
 // on one Redis, where one connection runs a pipeline in order; on a Redis
 // Cluster, whose pipelines send each node its commands at once, in a
-// pipeline of their own, sent after the writes' pipeline answered.
+// pipeline of their own, sent after the writes' pipeline answered. The
+// end of a job on one Redis (the "finish" entry of deliverBatchScript) is
+// such a check. A job that carries its followers checks once, after the
+// global timeline and the deliveries; one that walks them after each.
 func TestFanOutChecksAfterItsWrites(t *testing.T) {
-	ctx := context.Background()
-	db, _, postID, w := newSmallJob(t)
-	author, seq, _ := splitPostID(postID)
-	rec := &pipelineLog{}
-	db.client.AddHook(rec)
-	if n, err := w.step(ctx); err != nil || n != 1 {
-		t.Fatalf("step = %d jobs, %v; want 1", n, err)
-	}
-	checks, wrote := 0, false
-	for i, cmds := range rec.log() {
-		check, writes := -1, []int{}
-		for j, c := range cmds {
-			args := c.Args()
-			switch name, _ := args[0].(string); name {
-			case "exists":
-				if args[1] == postKey(author, seq) {
-					check = j
-				}
-			case "evalsha", "eval":
-				writes = append(writes, j)
+	for _, tt := range []struct {
+		name    string
+		carried bool
+		want    int // on one Redis; a cluster's jobs carry nothing
+	}{
+		{name: "Carried", carried: true, want: 1},
+		{name: "Walked", want: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, _, postID, w := newSmallJob(t)
+			if !tt.carried {
+				requeueWithoutFollowers(t, db, postID)
 			}
-		}
-		if len(writes) > 0 {
-			wrote = true
-		}
-		if check < 0 {
-			continue
-		}
-		checks++
-		switch {
-		case !wrote:
-			t.Errorf("pipeline %d checks the post before any write of the job", i)
-		case db.onCluster() && len(writes) > 0:
-			t.Errorf("pipeline %d checks the post in the pipeline of its writes, on a cluster", i)
-		case !db.onCluster() && len(writes) > 0 && writes[len(writes)-1] > check:
-			t.Errorf("pipeline %d checks the post before a write", i)
-		}
-	}
-	// The first step's; on one Redis the only batch's check is its end.
-	want := 1
-	if db.onCluster() {
-		want = 2
-	}
-	if checks != want {
-		t.Errorf("%d pipelines check the post, want %d", checks, want)
+			author, seq, _ := splitPostID(postID)
+			rec := &pipelineLog{}
+			db.client.AddHook(rec)
+			if n, err := w.step(ctx); err != nil || n != 1 {
+				t.Fatalf("step = %d jobs, %v; want 1", n, err)
+			}
+			checks, wrote := 0, false
+			for i, cmds := range rec.log() {
+				check, writes := -1, []int{}
+				for j, c := range cmds {
+					args := c.Args()
+					switch name, _ := args[0].(string); name {
+					case "exists":
+						if args[1] == postKey(author, seq) {
+							check = j
+						}
+					case "evalsha", "eval":
+						if slices.Contains(args, any("finish")) {
+							check = j
+						} else {
+							writes = append(writes, j)
+						}
+					}
+				}
+				if len(writes) > 0 {
+					wrote = true
+				}
+				if check < 0 {
+					continue
+				}
+				checks++
+				switch {
+				case !wrote:
+					t.Errorf("pipeline %d checks the post before any write of the job", i)
+				case db.onCluster() && len(writes) > 0:
+					t.Errorf("pipeline %d checks the post in the pipeline of its writes, on a cluster", i)
+				case !db.onCluster() && len(writes) > 0 && writes[len(writes)-1] > check:
+					t.Errorf("pipeline %d checks the post before a write", i)
+				}
+			}
+			want := tt.want
+			if db.onCluster() {
+				want = 2 // the first step's and the only batch's
+			}
+			if checks != want {
+				t.Errorf("%d pipelines check the post, want %d", checks, want)
+			}
+		})
 	}
 }
 
@@ -236,5 +397,132 @@ func (l *pipelineLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		l.pipelines = append(l.pipelines, slices.Clone(cmds))
 		l.mu.Unlock()
 		return next(ctx, cmds)
+	}
+}
+
+// TestCreatePostCarriesFewFollowers: on one Redis, the job that CreatePost
+// queues carries the author's followers, in the order a walk reads them,
+// when they are few enough for one delivery call and the pull threshold,
+// and in the one followers set; else it carries nothing and its worker
+// walks them.
+func TestCreatePostCarriesFewFollowers(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		followers     int
+		pullThreshold int
+		buckets       bool
+		wantCarried   bool
+	}{
+		{name: "Few", followers: 20, wantCarried: true},
+		{name: "None", followers: 0, wantCarried: true},
+		{name: "OneCall", followers: deliverBatch, wantCarried: true},
+		{name: "MoreThanOneCall", followers: deliverBatch + 1},
+		{name: "PastPullThreshold", followers: 20, pullThreshold: 19},
+		{name: "AtPullThreshold", followers: 20, pullThreshold: 20, wantCarried: true},
+		{name: "InBuckets", followers: 20, buckets: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newTestDB(t, Options{AsyncFanOut: true, PullThreshold: tt.pullThreshold})
+			if db.chainedPosts {
+				t.Skip("a Redis Cluster queues jobs through the outbox, and they carry no followers")
+			}
+			author := mustSignup(t, db, "author")
+			followers := manyFollowers(t, db, author.ID, tt.followers)
+			if tt.buckets {
+				db.client.HSet(ctx, userKey(author.ID), followerBucketsField, "2")
+			}
+			p, err := NewPostService(db).CreatePost(ctx, author.ID, "counted")
+			if err != nil {
+				t.Fatal(err)
+			}
+			shard := db.fanOutShard(author.ID)
+			jobs, err := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Result()
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("the stream holds %d jobs (%v), want the post's", len(jobs), err)
+			}
+			j, ok := parseJob(shard, jobs[0])
+			if !ok || j.postID != p.ID {
+				t.Fatalf("queued job = %+v, want the delivery of %s", j, p.ID)
+			}
+			if j.carried != tt.wantCarried {
+				t.Fatalf("job carries followers: %v, want %v", j.carried, tt.wantCarried)
+			}
+			if tt.wantCarried && !slices.Equal(j.followers, followers) && len(j.followers)+len(followers) > 0 {
+				t.Errorf("job carries %v, want %v", j.followers, followers)
+			}
+		})
+	}
+}
+
+// TestCarriedFollowersMeetFollowsAfterThePost: a job carries the followers
+// of the moment its post was stored, and ends as a walk of the followers
+// at its run would: one who unfollowed in between does not get the post
+// (the delivery's guard), one who followed in between has it (from their
+// follow's backfill).
+func TestCarriedFollowersMeetFollowsAfterThePost(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	author, _, _ := splitPostID(postID)
+	follows := NewFollowService(db)
+	gone := followers[3]
+	if err := follows.Unfollow(ctx, gone, author); err != nil {
+		t.Fatal(err)
+	}
+	late := mustSignup(t, db, "late").ID
+	if err := follows.Follow(ctx, late, author); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	if got := holding(t, db, []string{gone}, postID); got != 0 {
+		t.Error("the follower who unfollowed after the post has it")
+	}
+	if got := holding(t, db, []string{late}, postID); got != 1 {
+		t.Error("the follower who followed after the post lacks it")
+	}
+	stayed := slices.DeleteFunc(slices.Clone(followers), func(f string) bool { return f == gone })
+	if got := holding(t, db, stayed, postID); got != len(stayed) {
+		t.Errorf("%d of %d followers hold the post", got, len(stayed))
+	}
+}
+
+// TestCarriedJobRacingDelete deletes the post just before the one pipeline
+// of a job that carries its followers: the job's check, after the global
+// timeline and the deliveries, finds the hash gone, and the job takes the
+// post back off both before it leaves the stream, before the delete's own
+// job has run.
+func TestCarriedJobRacingDelete(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers: TestSmallFanOutJobRacingDelete")
+	}
+	author, _, _ := splitPostID(postID)
+	deleted := &onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+		return NewPostService(db).DeletePost(ctx, author, postID)
+	}}
+	db.client.AddHook(deleted)
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	if !deleted.done.Load() {
+		t.Fatal("the post was not deleted during its job")
+	}
+	if got := holding(t, db, followers, postID); got != 0 {
+		t.Errorf("after the create job %d followers hold the deleted post", got)
+	}
+	if err := db.client.ZScore(ctx, globalKey, postID).Err(); !errors.Is(err, redis.Nil) {
+		t.Error("after the create job the global timeline holds the deleted post")
+	}
+	if len(w.held) != 1 {
+		t.Errorf("the worker holds %d jobs, want the delete's, read by the create job's pipeline", len(w.held))
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("the delete's job: step = %d jobs, %v; want 1", n, err)
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
 	}
 }

@@ -96,13 +96,21 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // Redis Cluster refuses the script (its keys span slots), and CreatePost
 // runs the chain there (storeChained).
 //
+// The job carries the author's followers when they are few (at most
+// ARGV[16]) and in the one followers set (no followerBuckets field), read
+// in this step: its worker then delivers at once, without reading them
+// (see fanOutCarried). Reads fail only on a key of another type, before
+// anything is written.
+//
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
 // KEYS[3] -> w:u:{<author>}:home
 // KEYS[4] -> w:{fanout:<i>}:jobs, the author's shard's stream
 // KEYS[5] -> w:global
-// KEYS[6] -> w:{fanout:<i>}:archive:due (with an archive)
-// KEYS[7] -> w:{w:global}:tail (with an archive)
+// KEYS[6] -> w:u:{<author>}:followers
+// KEYS[7] -> w:u:{<author>} (its followerBuckets field)
+// KEYS[8] -> w:{fanout:<i>}:archive:due (with an archive)
+// KEYS[9] -> w:{w:global}:tail (with an archive)
 // ARGV[1..8] -> as createPostScript's
 // ARGV[9] -> the job's op, or "" to queue no job (no AsyncFanOut)
 // ARGV[10] -> author id
@@ -111,12 +119,20 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // ARGV[13] -> Options.PostsInRedis
 // ARGV[14] -> when the author is due with more posts in Redis than that, unix ms
 // ARGV[15] -> when the author is due otherwise, unix ms, or 0 for not
+// ARGV[16] -> the most followers a job carries, 0 for none
+// ARGV[17] -> followerBucketsField
 //
 // Returns the error of the global timeline's step and of the due index's,
 // each "" for none.
 var createPostOneRedisScript = newPubScript(addCappedLua + listGlobalLua + storePostLua + `
 if ARGV[9] ~= '' then
-	redis.call('XADD', KEYS[4], '*', 'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2])
+	local job = {'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2]}
+	local most = tonumber(ARGV[16])
+	if most > 0 and not redis.call('HGET', KEYS[7], ARGV[17]) and redis.call('ZCARD', KEYS[6]) <= most then
+		job[9] = 'followers'
+		job[10] = table.concat(redis.call('ZRANGE', KEYS[6], 0, -1), ' ')
+	end
+	redis.call('XADD', KEYS[4], '*', unpack(job))
 end
 local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9] ~= '')
 local function failure(ok, err)
@@ -127,15 +143,15 @@ local function failure(ok, err)
 	end
 	return tostring(err)
 end
-local globalErr = failure(pcall(listGlobal, KEYS[5], KEYS[7], ARGV[1], ARGV[2], tonumber(ARGV[11]), ARGV[12], ARGV[8]))
+local globalErr = failure(pcall(listGlobal, KEYS[5], KEYS[9], ARGV[1], ARGV[2], tonumber(ARGV[11]), ARGV[12], ARGV[8]))
 local dueErr = ''
-if KEYS[6] then
+if KEYS[8] then
 	local due = ARGV[15]
 	if inRedis > tonumber(ARGV[13]) then
 		due = ARGV[14]
 	end
 	if due ~= '0' then
-		dueErr = failure(pcall(redis.call, 'ZADD', KEYS[6], 'LT', due, ARGV[10]))
+		dueErr = failure(pcall(redis.call, 'ZADD', KEYS[8], 'LT', due, ARGV[10]))
 	end
 end
 return {globalErr, dueErr}
@@ -285,7 +301,8 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 func (s *PostService) storeOneStep(ctx context.Context, p *warble.Post, seqText string) error {
 	authorID, createdAt := p.AuthorID, p.CreatedAt
 	shard := s.db.fanOutShard(authorID)
-	keys := []string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), fanoutStreamKey(shard), globalKey}
+	keys := []string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), fanoutStreamKey(shard), globalKey,
+		followersKey(authorID), userKey(authorID)}
 	if s.db.opts.Archive != nil {
 		keys = append(keys, archiveDueKey(shard), globalTailKey)
 	}
@@ -298,7 +315,8 @@ func (s *PostService) storeOneStep(ctx context.Context, p *warble.Post, seqText 
 		seqText, p.ID, p.Body, createdAt.UnixMilli(), s.db.opts.HomeCap,
 		userChannel(authorID), homeChannel(authorID), encodeAdded(p.Seq, p.ID),
 		op, authorID, s.db.opts.GlobalCap, globalChannel,
-		postsInRedis, s.db.dueAfterPost(postsInRedis+1, createdAt), s.db.dueAfterPost(postsInRedis, createdAt))
+		postsInRedis, s.db.dueAfterPost(postsInRedis+1, createdAt), s.db.dueAfterPost(postsInRedis, createdAt),
+		s.db.carriedFollowers(), followerBucketsField)
 	if err := cmd.Err(); err != nil {
 		return err
 	}

@@ -274,6 +274,11 @@ type job struct {
 	authorID string
 	seq      int64
 	postID   string
+	// followers are the author's followers as CreatePost read them in the
+	// step that queued the job, when carried says it did (see
+	// createPostOneRedisScript).
+	followers []string
+	carried   bool
 }
 
 func parseJob(shard int, m redis.XMessage) (job, bool) {
@@ -284,6 +289,15 @@ func parseJob(shard int, m redis.XMessage) (job, bool) {
 		return j, warble.ValidUserID(j.authorID)
 	}
 	j.postID, _ = m.Values["post"].(string)
+	var followers string
+	followers, j.carried = m.Values["followers"].(string)
+	j.followers = strings.Fields(followers)
+	for _, f := range j.followers {
+		if !warble.ValidUserID(f) {
+			j.followers, j.carried = nil, false // the walk reads them
+			break
+		}
+	}
 	seqText, _ := m.Values["seq"].(string)
 	var err error
 	j.seq, err = strconv.ParseInt(seqText, 10, 64)

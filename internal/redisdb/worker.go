@@ -65,6 +65,15 @@ type Worker struct {
 	// dueBackfilled is set once this worker knows the archive's due index
 	// holds the authors of the posts from before it (backfillArchiveDue).
 	dueBackfilled bool
+	// held are jobs read for this worker in the pipeline that ended its
+	// last job (see run), which its next steps run before it reads more.
+	held []heldJob
+}
+
+// heldJob is a job read from a shard's stream and not run yet.
+type heldJob struct {
+	shard int
+	msg   redis.XMessage
 }
 
 var workerCount atomic.Int64
@@ -103,6 +112,7 @@ func NewWorker(db *DB, opts WorkerOptions) *Worker {
 func (w *Worker) Run(ctx context.Context) error {
 	watch := w.db.jobs.acquire(w.db)
 	defer w.db.jobs.release()
+	defer w.releaseHeld()
 	pause := 0 * time.Millisecond
 	for ctx.Err() == nil {
 		news := watch.news()
@@ -198,13 +208,22 @@ func (w *Worker) maybeMove(ctx context.Context) (int, error) {
 	return 1, nil
 }
 
-// step runs at most one job, without waiting for one: first one of a dead
+// step runs at most one job, without waiting for one: the job that the end
+// of the last one read for this worker (see readNext), else one of a dead
 // worker (looked for at most every IdleLook), else a new one. One job at a
 // time, so that jobs this worker has not started are not held pending on
 // it while other workers are free. The shards are looked at in turn, from
 // a different one at each step, so that a busy shard does not starve the
 // others. It reports how many jobs it ran.
 func (w *Worker) step(ctx context.Context) (int, error) {
+	if len(w.held) > 0 {
+		h := w.held[0]
+		w.held = w.held[1:]
+		if err := w.run(ctx, h.shard, h.msg, false); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
 	shards := len(w.ready)
 	first := w.next
 	w.next = (w.next + 1) % shards
@@ -537,6 +556,12 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 	}
 	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
 	end := &jobEnd{shard: shard, id: j.id}
+	if !claimed {
+		// A job taken over may have been run in part, by a worker that
+		// walked the followers: it walks them too (see fanOutCarried).
+		end.followers, end.carried = j.followers, j.carried
+	}
+	defer w.holdNext(w.readNext(ctx, end))
 	switch j.op {
 	case opDeliver:
 		err = w.db.fanOutJob(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save, end)
@@ -553,6 +578,83 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 		return nil // its last batch finished it
 	}
 	return w.finish(ctx, shard, j.id)
+}
+
+// readNext has the pipeline that ends a job (on one Redis, a job of one
+// batch: see fanOutJob) also read this worker's next job, from the shard
+// it looks at first next (as step would), after the job's end: a worker
+// busy with small jobs costs Redis one round trip less per job, and the
+// next job is taken just as the worker is done with this one, when step
+// would take it. It returns the reads that the pipeline sent (go-redis
+// sends it again after Redis lost its scripts), for holdNext.
+//
+// It does not when the worker is stopping, holds a job already, or is due
+// to look for jobs of dead workers (step does that first, so that a busy
+// worker does not put them off).
+func (w *Worker) readNext(ctx context.Context, end *jobEnd) *[]*redis.XStreamSliceCmd {
+	shard := w.next
+	if ctx.Err() != nil || len(w.held) > 0 || !time.Now().Before(w.nextClaim) || !w.ready[shard] {
+		return nil
+	}
+	reads := new([]*redis.XStreamSliceCmd)
+	end.readNext = func(pipe redis.Pipeliner) {
+		w.next = (shard + 1) % len(w.ready)
+		*reads = append(*reads, pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group: fanOutGroup, Consumer: w.opts.Name,
+			Streams: []string{fanoutStreamKey(shard), ">"}, Count: 1,
+			Block: -1,
+		}))
+	}
+	return reads
+}
+
+// holdNext keeps the jobs that reads (from readNext) took, for the next
+// steps to run. A read whose answer was lost (the connection failed)
+// leaves its job pending in the group, for another worker to take over
+// after ClaimIdle, as a lost answer of any read of jobs does.
+func (w *Worker) holdNext(reads *[]*redis.XStreamSliceCmd) {
+	if reads == nil {
+		return
+	}
+	for _, r := range *reads {
+		for _, s := range r.Val() {
+			shard, ok := w.shardOf(s.Stream)
+			if !ok {
+				continue
+			}
+			for _, m := range s.Messages {
+				w.held = append(w.held, heldJob{shard: shard, msg: m})
+			}
+		}
+	}
+}
+
+// shardOf returns the shard whose stream is key.
+func (w *Worker) shardOf(key string) (int, bool) {
+	for shard := range w.ready {
+		if fanoutStreamKey(shard) == key {
+			return shard, true
+		}
+	}
+	return 0, false
+}
+
+// releaseHeld hands the jobs this stopping worker holds and has not
+// started to the other workers: it marks them idle for ClaimIdle, so that
+// the next worker that looks for jobs of dead workers (at most IdleLook
+// later) takes them over, rather than ClaimIdle later. A job it cannot
+// mark waits for ClaimIdle, as the job of a worker that died does.
+func (w *Worker) releaseHeld() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, h := range w.held {
+		err := w.db.client.Do(ctx, "XCLAIM", fanoutStreamKey(h.shard), fanOutGroup, w.opts.Name, 0, h.msg.ID,
+			"IDLE", w.opts.ClaimIdle.Milliseconds(), "JUSTID").Err()
+		if err != nil {
+			w.db.log.WarnContext(ctx, "release a held fan-out job", "id", h.msg.ID, "err", err)
+		}
+	}
+	w.held = nil
 }
 
 // finish acknowledges a done job, deletes it from the stream and drops its
