@@ -55,6 +55,7 @@ type Hub struct {
 	connOf     map[string]*hubConn
 	orphans    map[string]bool
 	slotsMoved chan struct{}
+	slotsKnown atomic.Bool // the slot watch has loaded the slot map once
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -95,9 +96,9 @@ func NewHub(db *DB) *Hub {
 		orphans:      make(map[string]bool),
 		slotsMoved:   make(chan struct{}, 1),
 	}
-	// Subscribing does not wait for Redis: the confirmation arrives
-	// through the connection's reader, and go-redis retries the
-	// subscription when it reconnects.
+	// Subscribing does not wait for Redis: the connections' writers
+	// send the commands, the confirmations arrive through their readers,
+	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
 	return h
 }
@@ -140,17 +141,16 @@ func (h *Hub) Close() error {
 	for _, w := range watches {
 		w.cancel()
 	}
-	var err error
-	if h.single != nil {
-		err = h.single.ps.Close()
-	}
 	h.mu.Lock()
+	if h.single != nil {
+		h.closeConn(h.single)
+	}
 	for _, c := range h.conns {
 		h.closeConn(c)
 	}
 	h.mu.Unlock()
 	h.wg.Wait()
-	return err
+	return nil
 }
 
 // SubscribeTimeline implements warble.LiveService. It returns once the
