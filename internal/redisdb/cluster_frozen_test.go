@@ -181,3 +181,69 @@ func TestHubStartsWhileAMasterIsFrozen(t *testing.T) {
 	}
 	t.Logf("the revocations were heard %v after the master was back", time.Since(thawed))
 }
+
+// TestAuthenticateWhileTheSeenIndexIsFrozen: a signed-in request records
+// the user's visit (DB.Seen) in the user's slot and in a seen index, which
+// may be on another master. With that master frozen, Authenticate answers
+// without waiting for it, and the visit is recorded in full once the
+// master is back.
+func TestAuthenticateWhileTheSeenIndexIsFrozen(t *testing.T) {
+	c, db := frozenCluster(t, Options{})
+	ctx := t.Context()
+	var token, userID string
+	var frozen *redistest.ClusterNode
+	for i := 0; frozen == nil; i++ {
+		p, err := NewAuthService(db).Signup(ctx, warble.SignupInput{Username: "away" + strconv.Itoa(i), Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		home, err := c.NodeOf(ctx, userKey(p.User.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		index, err := c.NodeOf(ctx, seenIndexKey(db.fanOutShard(p.User.ID)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if index != home {
+			token, userID, frozen = p.Token, p.User.ID, index
+		}
+	}
+	recorded := func() float64 {
+		return db.client.ZScore(ctx, seenIndexKey(db.fanOutShard(userID)), userID).Val()
+	}
+	before := recorded()
+	// Another process, which has not recorded the user's visit lately,
+	// with the slot map loaded (as a server that has served requests).
+	other := newClusterDB(t, c, Options{})
+	if err := other.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // a visit recorded later than the signup's, in ms
+
+	freeze(t, frozen)
+	type result struct {
+		u   *warble.User
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		u, _, err := NewAuthService(other).Authenticate(ctx, token)
+		done <- result{u, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.u.ID != userID {
+			t.Fatalf("Authenticate with the seen index frozen = %v, %v; want user %s", r.u, r.err, userID)
+		}
+		t.Logf("Authenticate answered in %v with the seen index's master frozen", time.Since(start))
+	case <-time.After(frozenStartBound):
+		t.Fatalf("Authenticate has not answered after %v with the seen index's master frozen", frozenStartBound)
+	}
+
+	if err := frozen.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the visit to be recorded in the seen index", func() bool { return recorded() > before })
+}

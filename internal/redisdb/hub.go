@@ -171,7 +171,8 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	if feed.Kind == warble.FeedHome {
 		// A returning reader's timeline is rebuilt before the subscription
 		// starts, so the subscription starts from the rebuilt timeline.
-		if err := h.db.Seen(ctx, feed.UserID); err != nil {
+		// The record itself is best effort, and waited for only briefly.
+		if err := h.db.seenSoon(ctx, feed.UserID); err != nil {
 			h.db.log.WarnContext(ctx, "record a live reader's visit", "feed", feed.String(), "err", err)
 		}
 	}

@@ -280,7 +280,8 @@ func (ch *hubChannel) pull() {
 // touch records that a home channel's owner was seen.
 func (ch *hubChannel) touch() {
 	h := ch.hub
-	if err := h.db.Seen(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
+	// Waited for briefly: events wait behind it.
+	if err := h.db.seenSoon(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
 		h.db.log.Warn("record a live reader's visit", "feed", ch.feed.String(), "err", err)
 	}
 }
