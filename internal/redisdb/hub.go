@@ -241,7 +241,7 @@ func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
 				return sub.ch.err
 			}
 		case <-probe.C:
-			if err := h.db.Ping(ctx); err != nil && ctx.Err() == nil {
+			if err := h.pingServer(ctx, sub.ch.name); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("subscribe to %s: %w", sub.ch.feed, err)
 			}
 		case <-ctx.Done():
@@ -250,6 +250,24 @@ func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
 			return errHubClosed
 		}
 	}
+}
+
+// pingServer pings the Redis that serves channel: on a cluster the master
+// of its slot, not any node, so that another master that does not answer
+// cannot fail a subscription whose own master does.
+func (h *Hub) pingServer(ctx context.Context, channel string) error {
+	cc, ok := h.db.client.(*redis.ClusterClient)
+	if !ok {
+		return h.db.Ping(ctx)
+	}
+	master, err := cc.MasterForKey(ctx, channel)
+	if err == nil {
+		err = master.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("ping the master of %s: %w", channel, err)
+	}
+	return nil
 }
 
 // read hands what the pub/sub connection receives to the channels. It never

@@ -197,7 +197,7 @@ func (h *Hub) write(c *hubConn) {
 // still subscribes the channel when it reconnects).
 func (h *Hub) send(c *hubConn, cmd connCommand) {
 	err := c.write(h.ctx, cmd)
-	if err != nil && cmd.subscribe {
+	if err != nil && cmd.subscribe && h.ctx.Err() == nil {
 		err = c.write(h.ctx, cmd)
 	}
 	if err == nil || h.ctx.Err() != nil {
