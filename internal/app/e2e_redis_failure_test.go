@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/warble/warble/internal/redisdb"
 	"github.com/warble/warble/internal/redistest"
 )
 
@@ -541,3 +542,85 @@ func TestSignedInWebsocketWhileRedisFrozen(t *testing.T) {
 // Redis does not answer: the transport's 5 s bound and slack. Like
 // hangBound it is a safety net, not a benchmark.
 const frozenBound = 8 * time.Second
+
+// TestSignedInRequestWhileTheSeenIndexIsFrozen: a signed-in request records
+// the user's visit, in the user's slot and in a seen index that may be on
+// another master. With that master frozen, the request is answered
+// without waiting for it: the record is best effort, and finishes in the
+// background (see redisdb's seenSoon).
+func TestSignedInRequestWhileTheSeenIndexIsFrozen(t *testing.T) {
+	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+		t.Skip("needs redis-server processes for a Redis Cluster")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
+		t.Skip("needs redis-server for a Redis Cluster")
+	}
+	// The other masters take the frozen one for failed only after a
+	// minute, and the cluster stays up for the slots they serve.
+	c := redistest.NewCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	rs := c.Server()
+	cfg := testConfig(t)
+	first := startTestServer(t, rs, cfg, nil)
+	shards := cfg.FanoutShards
+	if shards == 0 {
+		shards = redisdb.DefaultClusterFanOutShards
+	}
+	// A user whose keys and seen index are on different masters.
+	var u testUser
+	var indexMaster *redistest.ClusterNode
+	for i := 0; indexMaster == nil; i++ {
+		u = first.signup(t, fmt.Sprintf("away%d", i))
+		home, err := c.NodeOf(t.Context(), redisdb.Layout{}.User(u.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		index, err := c.NodeOf(t.Context(), redisdb.Layout{}.SeenIndex(u.ID, shards))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if index != home {
+			indexMaster = index
+		}
+	}
+	// Another server, which has not recorded the user's visit yet. Its
+	// cluster client loads the slot map at its first read: made before
+	// the freeze, since it asks the nodes one after another and would
+	// wait out the frozen one's read timeout if it asked that one first.
+	s := startTestServer(t, rs, cfg, nil)
+	var found struct{ User struct{ ID string } }
+	s.mustQuery(t, "", `query($u: String!) { user(username: $u) { id } }`, map[string]any{"u": u.Username}, &found)
+
+	if err := indexMaster.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Thawed before the servers stop, which would wait on it.
+	t.Cleanup(func() { indexMaster.Signal(syscall.SIGCONT) })
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		resp, err := http.DefaultClient.Do(s.request(u.Token, `{ viewer { id } }`, nil))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var out struct {
+			Data struct{ Viewer struct{ ID string } }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		done <- result{id: out.Data.Viewer.ID, err: err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.id != u.ID {
+			t.Fatalf("viewer with the seen index's master frozen = %q, %v; want %s", r.id, r.err, u.ID)
+		}
+		t.Logf("a signed-in request was answered in %v with the seen index's master frozen", time.Since(start))
+	case <-time.After(hangBound):
+		t.Fatalf("a signed-in request has not been answered after %v with the seen index's master frozen", hangBound)
+	}
+}

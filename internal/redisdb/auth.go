@@ -406,11 +406,12 @@ func (s *AuthService) authenticateLegacy(ctx context.Context, token string) (*wa
 	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(time.Duration(left) * time.Millisecond)}, nil
 }
 
-// seen records that userID made a request (see DB.Seen). A failure is
-// logged, not returned: the request does not depend on it, and the next
-// one tries again.
+// seen records that userID made a request (see DB.Seen), waiting for it
+// at most a short while (see DB.seenSoon). A failure is logged, not
+// returned: the request does not depend on it, and the next one tries
+// again.
 func (s *AuthService) seen(ctx context.Context, userID string) {
-	if err := s.db.Seen(ctx, userID); err != nil {
+	if err := s.db.seenSoon(ctx, userID); err != nil {
 		s.db.log.WarnContext(ctx, "record a user's visit", "user", userID, "err", err)
 	}
 }

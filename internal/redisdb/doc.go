@@ -247,7 +247,11 @@
 // a cutoff, in the follower's slot with the rest of the delivery. When the
 // follower comes back, the request that sees them first finds them inactive
 // and rebuilds their home timeline from the people they follow before it
-// goes on (rebuildHome), so the read that follows is complete.
+// goes on (rebuildHome), so the read that follows is complete. A request
+// waits for the record of its visit only briefly, though (seenSoon): a
+// master that does not answer must not hold up every signed-in request
+// for a best-effort write, which then finishes in the background; a
+// rebuild, once Redis has said it is needed, is waited for.
 //
 // A user with no seenKey (one from before Warble recorded it) counts as
 // active, so that turning this on needs no migration. Recording is cheap:

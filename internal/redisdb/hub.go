@@ -55,6 +55,7 @@ type Hub struct {
 	connOf     map[string]*hubConn
 	orphans    map[string]bool
 	slotsMoved chan struct{}
+	slotsKnown atomic.Bool // the slot watch has loaded the slot map once
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -95,9 +96,9 @@ func NewHub(db *DB) *Hub {
 		orphans:      make(map[string]bool),
 		slotsMoved:   make(chan struct{}, 1),
 	}
-	// Subscribing does not wait for Redis: the confirmation arrives
-	// through the connection's reader, and go-redis retries the
-	// subscription when it reconnects.
+	// Subscribing does not wait for Redis: the connections' writers
+	// send the commands, the confirmations arrive through their readers,
+	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
 	return h
 }
@@ -140,17 +141,16 @@ func (h *Hub) Close() error {
 	for _, w := range watches {
 		w.cancel()
 	}
-	var err error
-	if h.single != nil {
-		err = h.single.ps.Close()
-	}
 	h.mu.Lock()
+	if h.single != nil {
+		h.closeConn(h.single)
+	}
 	for _, c := range h.conns {
 		h.closeConn(c)
 	}
 	h.mu.Unlock()
 	h.wg.Wait()
-	return err
+	return nil
 }
 
 // SubscribeTimeline implements warble.LiveService. It returns once the
@@ -171,7 +171,8 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	if feed.Kind == warble.FeedHome {
 		// A returning reader's timeline is rebuilt before the subscription
 		// starts, so the subscription starts from the rebuilt timeline.
-		if err := h.db.Seen(ctx, feed.UserID); err != nil {
+		// The record itself is best effort, and waited for only briefly.
+		if err := h.db.seenSoon(ctx, feed.UserID); err != nil {
 			h.db.log.WarnContext(ctx, "record a live reader's visit", "feed", feed.String(), "err", err)
 		}
 	}
@@ -240,7 +241,7 @@ func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
 				return sub.ch.err
 			}
 		case <-probe.C:
-			if err := h.db.Ping(ctx); err != nil && ctx.Err() == nil {
+			if err := h.pingServer(ctx, sub.ch.name); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("subscribe to %s: %w", sub.ch.feed, err)
 			}
 		case <-ctx.Done():
@@ -249,6 +250,24 @@ func (h *Hub) awaitStart(ctx context.Context, sub *subscriber) error {
 			return errHubClosed
 		}
 	}
+}
+
+// pingServer pings the Redis that serves channel: on a cluster the master
+// of its slot, not any node, so that another master that does not answer
+// cannot fail a subscription whose own master does.
+func (h *Hub) pingServer(ctx context.Context, channel string) error {
+	cc, ok := h.db.client.(*redis.ClusterClient)
+	if !ok {
+		return h.db.Ping(ctx)
+	}
+	master, err := cc.MasterForKey(ctx, channel)
+	if err == nil {
+		err = master.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("ping the master of %s: %w", channel, err)
+	}
+	return nil
 }
 
 // read hands what the pub/sub connection receives to the channels. It never

@@ -280,7 +280,8 @@ func (ch *hubChannel) pull() {
 // touch records that a home channel's owner was seen.
 func (ch *hubChannel) touch() {
 	h := ch.hub
-	if err := h.db.Seen(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
+	// Waited for briefly: events wait behind it.
+	if err := h.db.seenSoon(h.ctx, ch.feed.UserID); err != nil && h.ctx.Err() == nil {
 		h.db.log.Warn("record a live reader's visit", "feed", ch.feed.String(), "err", err)
 	}
 }
@@ -422,16 +423,10 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 		h.channels[channel] = ch
 		h.wg.Add(1)
 		go ch.run()
-		// When the write fails, go-redis reconnects and subscribes again
-		// to the channels it knew before this one, so this one is sent
-		// once more. If that fails too, Redis is out of reach: the
-		// subscriptions waiting for the channel fail at once, as any
-		// request does then, rather than wait for Redis to come back.
-		err := h.subscribe(channel, pendingCommand{ch: ch})
-		if err != nil {
-			err = h.subscribe(channel, pendingCommand{ch: ch})
-		}
-		if err != nil {
+		// The connection's writer sends it, and fails the channel if it
+		// cannot (see Hub.send); here it fails only when the channel's
+		// master is not known.
+		if err := h.subscribe(channel, pendingCommand{ch: ch}, ch); err != nil {
 			h.db.log.Warn("subscribe to timeline channel", "channel", channel, "err", err)
 			ch.fail(fmt.Errorf("subscribe to %s: %w", feed, err))
 		}
@@ -467,12 +462,6 @@ func (h *Hub) unregister(sub *subscriber) {
 	ch.routed = nil
 	if len(h.routes[ch.name]) == 0 {
 		h.unsubscribe(ch.name)
-	}
-}
-
-func (h *Hub) unsubscribe(channel string) {
-	if err := h.unsubscribeConn(channel); err != nil {
-		h.db.log.Warn("unsubscribe from timeline channel", "channel", channel, "err", err)
 	}
 }
 
@@ -520,7 +509,7 @@ func (h *Hub) addRoute(ch *hubChannel, channel string) {
 	}
 	// On a failed write go-redis reconnects and subscribes again to the
 	// channels it knows, this one included.
-	if err := h.subscribe(channel, pendingCommand{}); err != nil {
+	if err := h.subscribe(channel, pendingCommand{}, nil); err != nil {
 		h.db.log.Warn("subscribe to pulled account's channel", "channel", channel, "err", err)
 	}
 }

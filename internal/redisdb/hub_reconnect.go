@@ -44,6 +44,12 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 		return
 	}
 	h.mu.Lock()
+	if c.closing {
+		// What a connection being closed hands on is of no interest:
+		// its channels are elsewhere, or left.
+		h.mu.Unlock()
+		return
+	}
 	if m.Channel == c.anchor && c.anchor != "" {
 		h.anchorConfirmed(c, subscribe)
 		h.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,9 +81,83 @@ return {old or '', top[2] or '0'}
 // gets their home timeline rebuilt first. It costs no round trip when this
 // process recorded the user lately.
 func (db *DB) Seen(ctx context.Context, userID string) error {
-	if db.opts.InactiveAfter < 0 || !db.seen.due(userID, db.opts.Now(), db.seenEvery()) {
+	if !db.seenDue(userID) {
 		return nil
 	}
+	return db.recordSeen(ctx, userID, nil)
+}
+
+// seenDue reports whether userID's visit is to be recorded now, and counts
+// it as recorded.
+func (db *DB) seenDue(userID string) bool {
+	return db.opts.InactiveAfter >= 0 && db.seen.due(userID, db.opts.Now(), db.seenEvery())
+}
+
+// seenWait is how long a request waits for the record of its visit (see
+// seenSoon) before it goes on without it. Recording takes one round trip,
+// and a returning user's rebuild a few more, which it waits for.
+const seenWait = 500 * time.Millisecond
+
+// errSeenLate says that a visit's record was not answered within seenWait,
+// and goes on in the background.
+var errSeenLate = fmt.Errorf("not answered within %v; it goes on in the background", seenWait)
+
+// seenSoon is Seen for a request that does not need the record to answer:
+// it waits for it at most seenWait, and then returns errSeenLate and lets
+// it finish in the background. A master that does not answer (frozen, out
+// of reach) would otherwise hold every signed-in request up for
+// go-redis's timeouts and retries, seconds each, for a write that is best
+// effort: the next request of the user records the visit if this one
+// fails, and until then fan-out may skip the user, as it did before.
+//
+// Once Redis has answered that the user was inactive, it waits for the
+// rebuild, however long it takes (up to ctx), so that the read that
+// follows is complete. The record is made with ctx's values but not its
+// end: a request that ends cannot cut the rebuild short, nor its undoing
+// when it fails (see Seen).
+func (db *DB) seenSoon(ctx context.Context, userID string) error {
+	if !db.seenDue(userID) {
+		return nil
+	}
+	var rebuilding, abandoned atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		err := db.recordSeen(context.WithoutCancel(ctx), userID, &rebuilding)
+		done <- err
+		if err != nil && abandoned.Load() {
+			db.log.WarnContext(ctx, "record a user's visit, in the background", "user", userID, "err", err)
+		}
+	}()
+	timer := time.NewTimer(seenWait)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		if rebuilding.Load() {
+			select {
+			case err := <-done:
+				return err
+			case <-ctx.Done():
+			}
+		}
+	case <-ctx.Done():
+	}
+	abandoned.Store(true)
+	select {
+	case err := <-done:
+		return err
+	default:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errSeenLate
+	}
+}
+
+// recordSeen is Seen once due. It sets rebuilding, if not nil, when the
+// user turns out to have been inactive, before the rebuild.
+func (db *DB) recordSeen(ctx context.Context, userID string, rebuilding *atomic.Bool) error {
 	// The seen index first, in the same round trip: the index only says
 	// where to look (dropIdleHomes checks seenKey itself), so the order of
 	// the two does not matter.
@@ -108,6 +183,9 @@ func (db *DB) Seen(ctx context.Context, userID string) error {
 		return nil
 	}
 	newest, _ := strconv.ParseInt(replyString(res[1]), 10, 64)
+	if rebuilding != nil {
+		rebuilding.Store(true)
+	}
 	if err := db.rebuildHome(ctx, userID, newest); err != nil {
 		// Inactive again, so that the next request rebuilds (the posts
 		// delivered meanwhile are newer than what it will read from).
