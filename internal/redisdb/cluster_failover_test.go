@@ -401,7 +401,7 @@ func TestClusterWaitOnTheMasterThatTookTheWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	failedOver := false
-	db.beforeWait = func() {
+	db.beforeWait = func(context.Context) {
 		if failedOver {
 			return
 		}

@@ -172,9 +172,10 @@ type DB struct {
 	// moveHook, if set, is called between the steps of a move to the
 	// archive, by tests that put a delete or a crash there (see mover.go).
 	moveHook func(stage string)
-	// beforeWait, if set, is called as awaitReplicas begins, by tests that
-	// fail a master over between a write and its wait.
-	beforeWait func()
+	// beforeWait, if set, is called with its context as awaitReplicas
+	// begins, by tests that fail a master over between a write and its
+	// wait, or look at what it waits for.
+	beforeWait func(ctx context.Context)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

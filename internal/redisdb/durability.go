@@ -135,7 +135,7 @@ func (db *DB) awaitReplicas(ctx context.Context, keys ...string) error {
 		return nil
 	}
 	if db.beforeWait != nil {
-		db.beforeWait()
+		db.beforeWait(ctx)
 	}
 	// The masters, each with a channel of a slot it took a write in.
 	nodes := map[string]*redis.Client{}

@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"maps"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -57,6 +58,40 @@ func TestNoteWritesNotesTheScriptsKeys(t *testing.T) {
 	if err := db.awaitReplicas(nctx, key); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestClusterDurableWritesNoteTheirMasters checks that a signup, a post
+// and a follow each reach their wait with the master of a slot they
+// wrote to noted, as the slot map names it: were one of them not noted,
+// its wait would go to the slot's master at the time of the wait.
+func TestClusterDurableWritesNoteTheirMasters(t *testing.T) {
+	ctx := context.Background()
+	db := newClusterDB(t, testCluster(t), Options{})
+	cc := db.client.(*redis.ClusterClient)
+	var noted map[string]string
+	db.beforeWait = func(ctx context.Context) {
+		noted = nil
+		if w := writesOf(ctx); w != nil {
+			noted = maps.Clone(w.masters)
+		}
+	}
+	check := func(what, key string) {
+		t.Helper()
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := noted[waitChannel(key)]; got != m.Options().Addr {
+			t.Errorf("%s: noted masters %v, want %s for %s", what, noted, m.Options().Addr, waitChannel(key))
+		}
+	}
+	ada := mustSignup(t, db, "ada")
+	check("Signup", userKey(ada.ID))
+	bob := mustSignup(t, db, "bob")
+	p := mustCreatePost(t, db, ada.ID, "hello")
+	check("CreatePost", postKey(ada.ID, postSeqText(p)))
+	mustFollow(t, db, bob.ID, ada.ID)
+	check("Follow", followingKey(bob.ID))
 }
 
 // BenchmarkNoteWrites measures what noting the masters of a durable
