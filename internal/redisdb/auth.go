@@ -105,6 +105,7 @@ return redis.call('DEL', KEYS[1])
 // A crash leaves at most an unused id, a name taken for a minute, or a user
 // hash that no username leads to.
 func (s *AuthService) Signup(ctx context.Context, in warble.SignupInput) (*warble.AuthPayload, error) {
+	ctx = s.db.noteWrites(ctx) // see awaitReplicas
 	if err := in.Validate(); err != nil {
 		return nil, err
 	}

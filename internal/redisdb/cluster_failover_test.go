@@ -78,7 +78,7 @@ func runFailover(t *testing.T, fail func(ctx context.Context, c *redistest.Clust
 		}
 	}
 	mustFollow(t, db, bob.ID, ada.ID)
-	if n := db.replicasOf(ctx, master.Addr, true); n != 1 {
+	if n, _ := db.replicasOf(ctx, master.Addr, true); n != 1 {
 		t.Fatalf("writes to %s wait for %d replicas, want 1 (automatic on a cluster with replicas)", master.Addr, n)
 	}
 	replica, err := c.ReplicaOf(ctx, master)
@@ -363,4 +363,75 @@ func fanOutState(db *DB, authorID string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestClusterWaitOnTheMasterThatTookTheWrite fails a master over between
+// a post's writes and their wait: the master took the post with its
+// replica cut off, dies, and its replica takes over without the post (and
+// with no replica of its own yet); the client learns the new slot map
+// before the wait. A wait on the slot's master at the time of the wait
+// asks the new master, which has nothing to wait for, and the lost post
+// was acknowledged; CreatePost must answer an error instead.
+func TestClusterWaitOnTheMasterThatTookTheWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of 6 nodes and fails one over")
+	}
+	requireClusterable(t)
+	ctx := context.Background()
+	c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	db := newClusterDB(t, c, Options{WaitTimeout: 500 * time.Millisecond})
+	cc := db.client.(*redis.ClusterClient)
+	ada := mustSignup(t, db, "ada")
+	mustCreatePost(t, db, ada.ID, "before")
+	master, err := c.NodeOf(ctx, postsKey(ada.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := c.ReplicaOf(ctx, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.replicasOf(ctx, master.Addr, true); n != 1 {
+		t.Fatalf("writes to %s wait for %d replicas, want 1", master.Addr, n)
+	}
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.Client(t).Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+	failedOver := false
+	db.beforeWait = func(context.Context) {
+		if failedOver {
+			return
+		}
+		failedOver = true
+		master.Kill()
+		if err := replica.Signal(syscall.SIGCONT); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := replica.Client(t).Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+			t.Error(err)
+			return
+		}
+		waitFor(t, "the replica to take over", func() bool { return replica.IsMaster(ctx) })
+		waitFor(t, "the client to name the replica as the master of the post's slot", func() bool {
+			cc.ReloadState(ctx)
+			m, err := cc.MasterForKey(ctx, postsKey(ada.ID))
+			return err == nil && m.Options().Addr == replica.Addr
+		})
+	}
+	p, createErr := NewPostService(db).CreatePost(ctx, ada.ID, "only the dead master had it")
+	if !failedOver {
+		t.Fatal("CreatePost did not wait for its replicas")
+	}
+	if createErr == nil {
+		_, err := NewPostService(db).FindPostByID(ctx, p.ID)
+		t.Fatalf("CreatePost answered success although its master died before its replica had the post; the post now: %v", err)
+	}
+	if warble.ErrorCode(createErr) != warble.EINTERNAL {
+		t.Fatalf("CreatePost: %v; want an INTERNAL error", createErr)
+	}
+	t.Logf("CreatePost answered: %v", createErr)
 }

@@ -172,6 +172,10 @@ type DB struct {
 	// moveHook, if set, is called between the steps of a move to the
 	// archive, by tests that put a delete or a crash there (see mover.go).
 	moveHook func(stage string)
+	// beforeWait, if set, is called with its context as awaitReplicas
+	// begins, by tests that fail a master over between a write and its
+	// wait, or look at what it waits for.
+	beforeWait func(ctx context.Context)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.
@@ -212,6 +216,7 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	cc, sharded := client.(*redis.ClusterClient)
 	if sharded {
 		cc.AddHook(slotReloader{cc})
+		cc.AddHook(masterNoter{cc})
 	}
 	if opts.FanOutShards <= 0 {
 		opts.FanOutShards = 1

@@ -220,6 +220,7 @@ return out
 // timeline. Steps 2 to 4 run even when (1) finds the follow made already, so
 // that calling Follow again repairs a follow that a crash cut short.
 func (s *FollowService) Follow(ctx context.Context, followerID, followeeID string) error {
+	ctx = s.db.noteWrites(ctx) // see awaitReplicas
 	if err := s.checkPair(ctx, followerID, followeeID, errFollowSelf); err != nil {
 		return err
 	}

@@ -224,6 +224,7 @@ return 1 + noted
 // Redis's answer was lost). Without AsyncFanOut, CreatePost delivers to the
 // global timeline and the followers itself before it answers.
 func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
+	ctx = s.db.noteWrites(ctx) // see awaitReplicas
 	if !warble.ValidUserID(authorID) {
 		return nil, fmt.Errorf("create post by %q: malformed author id", authorID)
 	}
@@ -271,7 +272,8 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// request, and nothing may be cut short by a client that hangs up.
 	ctx = context.WithoutCancel(ctx)
 	if !s.db.opts.AsyncFanOut {
-		if err := s.db.fanOut(ctx, authorID, seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
+		// The fan-out's writes are not waited for.
+		if err := s.db.fanOut(skipNotes(ctx), authorID, seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
 			s.db.log.ErrorContext(ctx, "fan out post", "post", p.ID, "err", err)
 		}
 	}
