@@ -350,6 +350,33 @@ func (c *wsClient) stop(id string) {
 	c.send(wsMessage{Type: typ, ID: id})
 }
 
+// settle sends a ping and reads up to its pong, failing on anything else:
+// the server handles a socket's messages one at a time and in order, so
+// once the pong is back everything sent before the ping has taken effect
+// (a complete, for instance, after which no event of its operation may
+// come). Legacy graphql-ws has no ping.
+func (c *wsClient) settle() {
+	c.t.Helper()
+	c.send(wsMessage{Type: "ping"})
+	for {
+		c.conn.SetReadDeadline(time.Now().Add(readTimeout))
+		var m wsMessage
+		if err := c.conn.ReadJSON(&m); err != nil {
+			c.t.Fatalf("websocket read: %v", err)
+		}
+		switch m.Type {
+		case "pong":
+			return
+		case "ka":
+			continue
+		case "ping":
+			c.conn.WriteJSON(wsMessage{Type: "pong"})
+			continue
+		}
+		c.t.Fatalf("waiting for pong, got %s %s %s", m.Type, m.ID, m.Payload)
+	}
+}
+
 // readTimeout bounds each wait for a websocket message. It is a safety net
 // against a hung test, not an assertion about speed.
 const readTimeout = 10 * time.Second
