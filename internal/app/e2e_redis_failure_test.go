@@ -445,15 +445,7 @@ func (r *opReader) nextEvent(t *testing.T, op string) timelineEvent {
 // than left waiting in WatchSession for that master, with no answer, for as
 // long as it stays frozen. Anonymous websockets are served meanwhile.
 func TestSignedInWebsocketWhileRevocationsUnheard(t *testing.T) {
-	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
-		t.Skip("needs redis-server processes for a Redis Cluster")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
-		t.Skip("needs redis-server for a Redis Cluster")
-	}
-	// The other masters take the frozen one for failed only after a
-	// minute, and the cluster stays up for the slots they serve.
-	c := redistest.NewCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	c := clusterWithAFrozenMaster(t)
 	rs := c.Server()
 	first := startTestServer(t, rs, testConfig(t), nil)
 	revokedMaster, err := c.NodeOf(t.Context(), "w:ch:revoked")
@@ -549,15 +541,7 @@ const frozenBound = 8 * time.Second
 // without waiting for it: the record is best effort, and finishes in the
 // background (see redisdb's seenSoon).
 func TestSignedInRequestWhileTheSeenIndexIsFrozen(t *testing.T) {
-	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
-		t.Skip("needs redis-server processes for a Redis Cluster")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
-		t.Skip("needs redis-server for a Redis Cluster")
-	}
-	// The other masters take the frozen one for failed only after a
-	// minute, and the cluster stays up for the slots they serve.
-	c := redistest.NewCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
+	c := clusterWithAFrozenMaster(t)
 	rs := c.Server()
 	cfg := testConfig(t)
 	first := startTestServer(t, rs, cfg, nil)
@@ -623,4 +607,20 @@ func TestSignedInRequestWhileTheSeenIndexIsFrozen(t *testing.T) {
 	case <-time.After(hangBound):
 		t.Fatalf("a signed-in request has not been answered after %v with the seen index's master frozen", hangBound)
 	}
+}
+
+// clusterWithAFrozenMaster starts a Redis Cluster of its own for a test that
+// freezes one of its masters (SIGSTOP): the other masters take the frozen
+// one for failed only after a minute, and the cluster stays up for the
+// slots they serve meanwhile. It skips on the embedded Redis, and where
+// redis-server is missing outside CI.
+func clusterWithAFrozenMaster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+		t.Skip("needs redis-server processes for a Redis Cluster")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil && os.Getenv("CI") == "" {
+		t.Skip("needs redis-server for a Redis Cluster")
+	}
+	return redistest.NewCluster(t, redistest.ClusterOptions{NodeTimeout: time.Minute})
 }
