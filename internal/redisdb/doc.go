@@ -284,14 +284,17 @@
 //
 // Each timeline channel with local listeners has one hubChannel
 // (hub_channels.go): a SUBSCRIBE when its first listener arrives, an
-// UNSUBSCRIBE when its last one leaves, and one goroutine that turns the
-// channel's messages into events. That goroutine keeps POST_ADDED events in
+// UNSUBSCRIBE when its last one leaves, and a mailbox of its messages that
+// one goroutine at a time turns into events (a goroutine started when the
+// mailbox gets something and gone when it is empty: most channels on a
+// server with thousands of sockets are idle home timelines). That
+// goroutine keeps POST_ADDED events in
 // increasing cursor order for all of the channel's listeners at once: on an
 // "A seq" above the highest seq it has dispatched, it reads everything newer
 // from the timeline's sorted set, the truth, and dispatches that in order,
 // so posts that published out of order still arrive in order, and a post
 // that lands below what was already dispatched becomes a RESYNC rather than
-// an event out of order. When the goroutine starts (and after a reconnect)
+// an event out of order. When the channel starts (and after a reconnect)
 // it reads the newest seq and publishes a marker on the channel in one step;
 // messages that arrive before the marker announce posts that the read saw,
 // and are dropped.

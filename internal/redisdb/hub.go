@@ -29,6 +29,12 @@ type Hub struct {
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
+	// Channels start their goroutine when they have something to do (see
+	// hubChannel.claim), from goroutines that may hold mu or not; Close
+	// sets runClosed before it waits for wg, so that none starts then.
+	runMu     sync.Mutex
+	runClosed bool
+
 	revokedReady chan struct{} // closed when revokedChannel is first confirmed
 	revokedOnce  sync.Once
 
@@ -63,7 +69,7 @@ var _ warble.LiveService = (*Hub)(nil)
 // Limits of the hub.
 const (
 	subscriberBuffer = 64   // events queued for one subscriber before it gets a RESYNC instead
-	hubInbox         = 1024 // messages queued for one channel's goroutine
+	hubInbox         = 1024 // messages queued for one channel's run
 	pullLimit        = 200  // posts one pull may dispatch before it sends a RESYNC instead
 	replayLimit      = 1000 // posts a resume may replay before it sends a RESYNC instead
 	recentSeqs       = 512  // dispatched seqs a channel remembers, to drop their late messages
@@ -123,11 +129,15 @@ func (h *Hub) Close() error {
 
 	close(h.done)
 	h.cancel()
-	// Subscriptions with nothing to deliver have no goroutine that would
-	// see done: they are ended here.
+	h.runMu.Lock()
+	h.runClosed = true
+	h.runMu.Unlock()
+	// Subscriptions and channels with nothing to do have no goroutine
+	// that would see done: they are ended here.
 	h.mu.Lock()
 	var subs []*subscriber
 	for _, ch := range h.channels {
+		ch.stopSeen()
 		ch.mu.Lock()
 		for sub := range ch.subs {
 			subs = append(subs, sub)

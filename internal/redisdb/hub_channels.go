@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,20 +13,33 @@ import (
 )
 
 // hubChannel is one subscribed timeline channel and its listeners.
+//
+// What the channel receives waits in its mailbox, which run empties. run is
+// a goroutine only while the mailbox holds something (see claim): a server
+// with thousands of sockets has a home channel per signed-in subscriber,
+// nearly all idle, and a parked goroutine for each was 8 KB of stack.
+// One run at a time keeps the channel's messages in order.
 type hubChannel struct {
 	hub  *Hub
 	name string
 	feed warble.Feed
 	key  string // the sorted set of the feed
 
-	inbox    chan string   // message payloads, for run
-	overflow atomic.Bool   // set when inbox was full and a message was dropped
-	confirm  chan bool     // a subscription confirmation; true if after a reconnect
 	ready    chan struct{} // closed when the channel has started
 	failed   chan struct{} // closed, after err is set, when it could not start
 	err      error
 	failOnce sync.Once
 	quit     chan struct{} // closed when the last listener leaves
+
+	boxMu     sync.Mutex
+	inbox     []string    // message payloads, at most inboxMax
+	inboxMax  int         // see inboxSize
+	overflow  bool        // inbox was full and a message was dropped
+	confirmed bool        // a subscription confirmation is queued
+	resync    bool        // one of the confirmations queued came after a reconnect
+	touchDue  bool        // the owner of a home channel is due to be recorded as seen
+	seen      *time.Timer // sets touchDue; nil once stopped
+	running   bool        // a run goroutine is on its way
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
@@ -56,97 +68,214 @@ func (ch *hubChannel) fail(err error) {
 // post queues a message for run without waiting. When the queue is full
 // the message is dropped, and run sends a RESYNC once it catches up.
 func (ch *hubChannel) post(payload string) {
-	select {
-	case ch.inbox <- payload:
-	default:
-		ch.overflow.Store(true)
+	ch.boxMu.Lock()
+	if len(ch.inbox) < ch.inboxMax {
+		ch.inbox = append(ch.inbox, payload)
+	} else {
+		ch.overflow = true
+	}
+	start := ch.claim()
+	ch.boxMu.Unlock()
+	if start {
+		ch.hub.runChannel(ch)
 	}
 }
 
-// signal tells run that the channel's subscription is confirmed.
+// signal tells run that the channel's subscription is confirmed. Two
+// confirmations not taken yet are one, which needs a RESYNC if either does.
 func (ch *hubChannel) signal(reconnected bool) {
-	select {
-	case ch.confirm <- reconnected:
-	default:
-		// One is queued; a RESYNC is sent anyway if either needs it.
-		if reconnected {
-			select {
-			case <-ch.confirm:
-			default:
-			}
-			ch.signal(true)
-		}
+	ch.boxMu.Lock()
+	ch.confirmed = true
+	ch.resync = ch.resync || reconnected
+	start := ch.claim()
+	ch.boxMu.Unlock()
+	if start {
+		ch.hub.runChannel(ch)
 	}
 }
 
-// run turns the channel's messages into events until the channel is
-// dropped or the hub closes.
+// startSeen records the owner of a home channel as seen every
+// hub.seenEvery, for as long as the channel lives: a user who watches their
+// home timeline live is active, requests or not, and fan-out must not skip
+// them (see inactive.go). SubscribeTimeline recorded the visit when the
+// subscription began.
+func (ch *hubChannel) startSeen() {
+	if ch.feed.Kind != warble.FeedHome || ch.hub.db.opts.InactiveAfter < 0 {
+		return
+	}
+	ch.boxMu.Lock()
+	ch.seen = time.AfterFunc(ch.hub.seenEvery, ch.seenDue)
+	ch.boxMu.Unlock()
+}
+
+func (ch *hubChannel) seenDue() {
+	ch.boxMu.Lock()
+	if ch.seen == nil { // stopped meanwhile
+		ch.boxMu.Unlock()
+		return
+	}
+	ch.seen.Reset(ch.hub.seenEvery)
+	ch.touchDue = true
+	start := ch.claim()
+	ch.boxMu.Unlock()
+	if start {
+		ch.hub.runChannel(ch)
+	}
+}
+
+// stopSeen stops startSeen's timer: the channel was dropped or the hub
+// closed.
+func (ch *hubChannel) stopSeen() {
+	ch.boxMu.Lock()
+	if ch.seen != nil {
+		ch.seen.Stop()
+		ch.seen = nil
+	}
+	ch.boxMu.Unlock()
+}
+
+// claim reports whether the caller, which has just put something in the
+// mailbox, should start run: none runs, or the one running has already
+// looked and found the mailbox empty. Callers hold boxMu.
+func (ch *hubChannel) claim() bool {
+	if ch.running {
+		return false
+	}
+	ch.running = true
+	return true
+}
+
+// Kinds of what run takes from the mailbox.
+const (
+	takeNone = iota
+	takeTouch
+	takeConfirm
+	takeMessage
+)
+
+// take returns the next thing in the mailbox: a due touch, then a
+// confirmation (with whether it needs a RESYNC), then the oldest message.
+// When there is none it marks run gone, in the same step, so that the next
+// post starts it again.
+//
+// Before the subscriptions were in one mailbox, run took them from two
+// channels in one select, in either order: a confirmation first is one of
+// those orders.
+func (ch *hubChannel) take() (kind int, resync bool, payload string) {
+	ch.boxMu.Lock()
+	defer ch.boxMu.Unlock()
+	switch {
+	case ch.touchDue:
+		ch.touchDue = false
+		return takeTouch, false, ""
+	case ch.confirmed:
+		resync = ch.resync
+		ch.confirmed, ch.resync = false, false
+		return takeConfirm, resync, ""
+	case len(ch.inbox) > 0:
+		payload = ch.inbox[0]
+		ch.inbox[0] = ""
+		ch.inbox = ch.inbox[1:]
+		if len(ch.inbox) == 0 {
+			// The global channel's burst may have grown it large.
+			ch.inbox = nil
+		}
+		return takeMessage, false, payload
+	}
+	ch.running = false
+	return takeNone, false, ""
+}
+
+// takeOverflow reports whether messages were dropped since the last call,
+// or since the last start.
+func (ch *hubChannel) takeOverflow() bool {
+	ch.boxMu.Lock()
+	defer ch.boxMu.Unlock()
+	dropped := ch.overflow
+	ch.overflow = false
+	return dropped
+}
+
+// runChannel starts ch's run on a goroutine of its own, unless the hub is
+// closing. Then ch's mailbox stays marked running, so nothing starts it
+// again.
+func (h *Hub) runChannel(ch *hubChannel) {
+	h.runMu.Lock()
+	if h.runClosed {
+		h.runMu.Unlock()
+		return
+	}
+	h.wg.Add(1)
+	h.runMu.Unlock()
+	go ch.run()
+}
+
+// run turns what the channel's mailbox holds into events until the mailbox
+// is empty, the channel is dropped or the hub closes.
 func (ch *hubChannel) run() {
 	h := ch.hub
 	defer h.wg.Done()
-	// A user who watches their home timeline live is active, requests or
-	// not: fan-out must not skip them (see inactive.go). SubscribeTimeline
-	// recorded the visit when the subscription began.
-	var seen <-chan time.Time
-	if ch.feed.Kind == warble.FeedHome && h.db.opts.InactiveAfter >= 0 {
-		t := time.NewTicker(h.seenEvery)
-		defer t.Stop()
-		seen = t.C
-	}
 	for {
 		select {
 		case <-ch.quit:
-			return
+			return // left marked running: nothing starts it again
 		case <-h.done:
 			return
-		case <-seen:
+		default:
+		}
+		kind, resync, payload := ch.take()
+		switch kind {
+		case takeNone:
+			return
+		case takeTouch:
 			ch.touch()
-		case reconnected := <-ch.confirm:
-			ch.start(reconnected && ch.started)
-		case payload := <-ch.inbox:
-			if !ch.started {
-				// The reader signals a confirmation before it posts the
-				// messages received after it, so a message that finds
-				// no confirmation here is one of an earlier
-				// subscription to the channel, dropped with it.
-				select {
-				case <-ch.confirm:
-					ch.start(false)
-				default:
-					continue
-				}
-			}
-			if ch.overflow.Swap(false) {
-				ch.start(true)
-				continue
-			}
-			switch payload {
-			case wakeMessage:
-				ch.pull()
-				continue
-			case refreshMessage:
-				if ch.refresh() {
-					// Posts of a newly pulled account may sit below what
-					// was dispatched: the listeners refetch.
-					ch.pull()
-					ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
-				}
-				continue
-			}
-			if strings.HasPrefix(payload, markerPrefix) {
-				if payload == ch.startMarker {
-					ch.beforeMark = false
-				}
-				continue // a marker of an earlier start, or of another process
-			}
-			ev, ok := decodeEvent(payload)
-			if !ok {
-				h.db.log.Warn("malformed timeline message", "channel", ch.name, "message", payload)
-				continue
-			}
-			ch.handle(ev)
+		case takeConfirm:
+			ch.start(resync && ch.started)
+		case takeMessage:
+			ch.receive(payload)
 		}
 	}
+}
+
+// receive handles one message of the channel.
+func (ch *hubChannel) receive(payload string) {
+	h := ch.hub
+	if !ch.started {
+		// The reader signals a confirmation before it posts the messages
+		// received after it, and take hands out a confirmation before any
+		// message, so a message that finds the channel not started is one
+		// of an earlier subscription to the channel, dropped with it.
+		return
+	}
+	if ch.takeOverflow() {
+		ch.start(true)
+		return
+	}
+	switch payload {
+	case wakeMessage:
+		ch.pull()
+		return
+	case refreshMessage:
+		if ch.refresh() {
+			// Posts of a newly pulled account may sit below what was
+			// dispatched: the listeners refetch.
+			ch.pull()
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+		return
+	}
+	if strings.HasPrefix(payload, markerPrefix) {
+		if payload == ch.startMarker {
+			ch.beforeMark = false
+		}
+		return // a marker of an earlier start, or of another process
+	}
+	ev, ok := decodeEvent(payload)
+	if !ok {
+		h.db.log.Warn("malformed timeline message", "channel", ch.name, "message", payload)
+		return
+	}
+	ch.handle(ev)
 }
 
 // start reads the newest seq of the timeline: live events begin after it.
@@ -169,7 +298,7 @@ func (ch *hubChannel) run() {
 func (ch *hubChannel) start(resync bool) {
 	h := ch.hub
 	// Messages dropped so far are covered by what this reads.
-	ch.overflow.Store(false)
+	ch.takeOverflow()
 	marker := markerPrefix + h.id + ":" + strconv.FormatUint(h.markers.Add(1), 10)
 	for attempt := 0; ; attempt++ {
 		ch.refresh()
@@ -408,21 +537,19 @@ func (h *Hub) register(feed warble.Feed, key, channel string) (*subscriber, erro
 	ch := h.channels[channel]
 	if ch == nil {
 		ch = &hubChannel{
-			hub:     h,
-			name:    channel,
-			feed:    feed,
-			key:     key,
-			subs:    make(map[*subscriber]struct{}),
-			inbox:   make(chan string, inboxSize(feed)),
-			confirm: make(chan bool, 1),
-			ready:   make(chan struct{}),
-			failed:  make(chan struct{}),
-			quit:    make(chan struct{}),
-			recent:  newSeqRing(recentSeqs),
+			hub:      h,
+			name:     channel,
+			feed:     feed,
+			key:      key,
+			subs:     make(map[*subscriber]struct{}),
+			inboxMax: inboxSize(feed),
+			ready:    make(chan struct{}),
+			failed:   make(chan struct{}),
+			quit:     make(chan struct{}),
+			recent:   newSeqRing(recentSeqs),
 		}
 		h.channels[channel] = ch
-		h.wg.Add(1)
-		go ch.run()
+		ch.startSeen()
 		// The connection's writer sends it, and fails the channel if it
 		// cannot (see Hub.send); here it fails only when the channel's
 		// master is not known.
@@ -453,6 +580,7 @@ func (h *Hub) unregister(sub *subscriber) {
 	}
 	delete(h.channels, ch.name)
 	close(ch.quit)
+	ch.stopSeen()
 	if h.closed {
 		return
 	}
