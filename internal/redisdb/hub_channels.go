@@ -158,9 +158,9 @@ const (
 // When there is none it marks run gone, in the same step, so that the next
 // post starts it again.
 //
-// Before the subscriptions were in one mailbox, run took them from two
-// channels in one select, in either order: a confirmation first is one of
-// those orders.
+// When confirmations and messages came through two Go channels, run took
+// them in one select, in either order: a confirmation first is one of
+// those orders, so nothing here depends on the new one.
 func (ch *hubChannel) take() (kind int, resync bool, payload string) {
 	ch.boxMu.Lock()
 	defer ch.boxMu.Unlock()
