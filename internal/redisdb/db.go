@@ -54,7 +54,12 @@ type Options struct {
 	Now          func() time.Time // the clock; tests may replace it
 	// AsyncFanOut has CreatePost and DeletePost queue their followers'
 	// part for Workers (see fanout.go) and answer at once. Without it they
-	// do that part themselves before answering, one batch at a time.
+	// do that part themselves before answering, one batch at a time, and
+	// a fan-out that fails part-way (Redis out of reach, a failover) is
+	// logged and not tried again: no job is queued for it. Only with
+	// AsyncFanOut does every follower of an acknowledged post get it in
+	// the end, so the server always sets it; without is for tests and
+	// tools that want a post's fan-out done when it answers.
 	AsyncFanOut bool
 	// PullThreshold is how many followers an account may have and still
 	// have its posts pushed to their home timelines. The posts of an
