@@ -269,7 +269,7 @@ func (db *DB) notDurable(ctx context.Context, err error) error {
 // hook on each node's client) needs no knowledge of which node clients
 // exist (go-redis tells of new ones only), and gives each noted master a
 // channel of a slot it served. The cost is a lookup in the slot map and a
-// map entry per command in those requests (see BenchmarkWaitReplicas);
+// map entry per command in those requests (see BenchmarkNoteWrites);
 // commands outside them pay a context lookup.
 type writeMasters struct {
 	mu      sync.Mutex
@@ -342,8 +342,15 @@ func firstKey(cmd redis.Cmder) string {
 	if len(args) <= pos {
 		return ""
 	}
-	key, _ := args[pos].(string)
-	return key
+	switch key := args[pos].(type) {
+	case string:
+		return key
+	case *string: // fan-out's names (see queueDeliveries)
+		if key != nil {
+			return *key
+		}
+	}
+	return ""
 }
 
 // masterNoter is the cluster client's hook that fills in the

@@ -23,6 +23,7 @@ func TestFirstKey(t *testing.T) {
 	}{
 		{"Incr", redis.NewIntCmd(ctx, "incr", postSeqKey), postSeqKey},
 		{"EvalSha", redis.NewCmd(ctx, "evalsha", script.Hash(), 2, "w:u:{1}", "w:u:{2}", "arg"), "w:u:{1}"},
+		{"EvalShaKeyPointer", redis.NewCmd(ctx, "evalsha", script.Hash(), 1, new("w:u:{3}:home"), "arg"), "w:u:{3}:home"},
 		{"EvalNoKeys", redis.NewCmd(ctx, "eval", "return 1", 0, "arg"), ""},
 		{"SPublish", redis.NewIntCmd(ctx, "spublish", "w:ch:{1}:wait", ""), "w:ch:{1}:wait"},
 		{"ClusterShards", redis.NewClusterShardsCmd(ctx, "cluster", "shards"), ""},
