@@ -1,0 +1,135 @@
+package redisdb
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxSessionBatch bounds how many sessions one pipeline of sessionReads
+// reads, so that a burst is sent as several bounded writes.
+const maxSessionBatch = 128
+
+// sessionReads sends the reads of Authenticate (a session's time to live
+// and its user's fields) to Redis, and lets requests that arrive while one
+// read is on its way share the next round trip: each of them is queued, and
+// when the read in flight has come back, the queue goes out as one
+// pipeline. Nothing waits for company: a request that finds no read in
+// flight sends its own at once, so a quiet server answers as before, and a
+// busy one pays one write, one read and one wake-up of Redis per batch
+// instead of per request. Per request that was about half of what
+// authentication cost, the process's CPU and Redis's together
+// (BenchmarkRequests, see BENCHMARKS.md).
+//
+// Every read is sent after its request arrived, never joined to a pipeline
+// already on its way, so a session revoked before a request came is seen
+// revoked, as with a read of its own; nothing is remembered between
+// batches. On a Redis Cluster the client splits a batch by node, as any
+// pipeline.
+type sessionReads struct {
+	client redis.UniversalClient
+
+	mu     sync.Mutex
+	busy   bool           // a read is in flight, so new ones queue
+	queue  []*sessionRead // reads waiting for the next batch
+	spare  []*sessionRead // the last batch's slice, reused
+	batchN func(n int)    // if set, told the size of each batch (tests)
+}
+
+// sessionRead is one request's reads.
+type sessionRead struct {
+	left   *redis.DurationCmd // PTTL of the session
+	fields *redis.SliceCmd    // HMGET of the user's fields
+	done   chan struct{}      // closed when the batch of a queued read has answered
+}
+
+// read sends r's commands, alone or with others (see sessionReads), and
+// returns once they have answered, their results and errors in their
+// commands, or when ctx ends first.
+func (s *sessionReads) read(ctx context.Context, r *sessionRead) error {
+	s.mu.Lock()
+	if s.busy {
+		r.done = make(chan struct{})
+		s.queue = append(s.queue, r)
+		s.mu.Unlock()
+		select {
+		case <-r.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err() // the batch answers into r all the same
+		}
+	}
+	s.busy = true
+	s.mu.Unlock()
+	batch := [1]*sessionRead{r}
+	s.exec(ctx, batch[:])
+	s.mu.Lock()
+	if len(s.queue) == 0 {
+		s.busy = false
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	// The queued reads go out from a goroutine of their own, so that this
+	// request answers now, and a queued request that gives up waiting
+	// cannot leave the others without a sender. It runs on ctx's values
+	// but not its end: one request's client going away must not fail the
+	// reads of the others.
+	go s.drain(context.WithoutCancel(ctx))
+	return nil
+}
+
+// drain sends the queue in batches until it is empty, then lets the next
+// read go out on its own again.
+func (s *sessionReads) drain(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		batch := s.queue
+		if len(batch) == 0 {
+			s.busy = false
+			s.mu.Unlock()
+			return
+		}
+		if len(batch) > maxSessionBatch {
+			s.queue = append(s.spare[:0], batch[maxSessionBatch:]...)
+			batch = batch[:maxSessionBatch]
+			s.spare = nil
+		} else {
+			s.queue, s.spare = s.spare[:0], nil
+		}
+		s.mu.Unlock()
+		s.exec(ctx, batch)
+		for _, r := range batch {
+			close(r.done)
+		}
+		clear(batch)
+		s.mu.Lock()
+		s.spare = batch[:0]
+		s.mu.Unlock()
+	}
+}
+
+// exec sends one batch's commands in one pipeline. An error of the whole
+// pipeline is in every command; the callers read their own.
+func (s *sessionReads) exec(ctx context.Context, batch []*sessionRead) {
+	if s.batchN != nil {
+		s.batchN(len(batch))
+	}
+	pipe := s.client.Pipeline()
+	for _, r := range batch {
+		_ = pipe.Process(ctx, r.left)
+		_ = pipe.Process(ctx, r.fields)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// newSessionRead returns the reads of the session at key and the fields of
+// the user at userKey that Authenticate needs.
+func newSessionRead(ctx context.Context, key, userKey string) *sessionRead {
+	return &sessionRead{
+		left:   redis.NewDurationCmd(ctx, time.Millisecond, "pttl", key),
+		fields: redis.NewSliceCmd(ctx, "hmget", userKey, "username", "displayName", "createdAt"),
+	}
+}
