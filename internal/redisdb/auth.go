@@ -56,7 +56,7 @@ func NewAuthService(db *DB) *AuthService {
 	cost := db.opts.BcryptCost
 	return &AuthService{
 		db:    db,
-		reads: &sessionReads{client: db.client},
+		reads: newSessionReads(db.client),
 		dummyHash: sync.OnceValue(func() []byte {
 			h, err := bcrypt.GenerateFromPassword([]byte("not a password of anyone"), cost)
 			if err != nil {
@@ -354,8 +354,9 @@ func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.U
 	}
 	tokenHash := hashToken(token)
 	key := sessionKeyOf(tokenHash)
-	r := newSessionRead(ctx, key, userKey(userID))
-	err := s.reads.read(ctx, r)
+	uKey := userKey(userID)
+	r := newSessionRead(ctx, key, uKey)
+	err := s.reads.read(ctx, uKey, r)
 	if err == nil {
 		err = r.left.Err()
 	}

@@ -26,16 +26,27 @@ const maxSessionBatch = 128
 // Every read is sent after its request arrived, never joined to a pipeline
 // already on its way, so a session revoked before a request came is seen
 // revoked, as with a read of its own; nothing is remembered between
-// batches. On a Redis Cluster the client splits a batch by node, as any
-// pipeline.
+// batches. On a Redis Cluster each master has its own queue, so that a
+// master that does not answer holds up the requests of its own users
+// only, as it did when each request sent its own read; a batch goes
+// through the cluster client all the same, which follows a slot that
+// moved.
 type sessionReads struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, if it is one
 
 	mu     sync.Mutex
-	busy   bool           // a read is in flight, so new ones queue
-	queue  []*sessionRead // reads waiting for the next batch
-	spare  []*sessionRead // the last batch's slice, reused
-	batchN func(n int)    // if set, told the size of each batch (tests)
+	one    readQueue             // the queue of a single Redis
+	queues map[string]*readQueue // a cluster's, by master address
+	batchN func(n int)           // if set, told the size of each batch (tests)
+}
+
+// readQueue is the reads for one Redis server; its fields are guarded by
+// sessionReads.mu.
+type readQueue struct {
+	busy  bool           // a read is in flight, so new ones queue
+	queue []*sessionRead // reads waiting for the next batch
+	spare []*sessionRead // the last batch's slice, reused
 }
 
 // sessionRead is one request's reads.
@@ -45,14 +56,54 @@ type sessionRead struct {
 	done   chan struct{}      // closed when the batch of a queued read has answered
 }
 
+func newSessionReads(client redis.UniversalClient) *sessionReads {
+	cc, _ := client.(*redis.ClusterClient)
+	return &sessionReads{client: client, cluster: cc, queues: make(map[string]*readQueue)}
+}
+
+// queueOf returns the queue of the Redis at addr (see masterOf).
+// s.mu must be held.
+func (s *sessionReads) queueOf(addr string) *readQueue {
+	if s.cluster == nil {
+		return &s.one
+	}
+	q := s.queues[addr]
+	if q == nil {
+		q = &readQueue{}
+		s.queues[addr] = q
+	}
+	return q
+}
+
+// masterOf returns the address of the cluster master that serves key, ""
+// on a single Redis, and false when the cluster client cannot tell (the
+// read then goes alone, and fails or finds out on the way).
+func (s *sessionReads) masterOf(ctx context.Context, key string) (string, bool) {
+	if s.cluster == nil {
+		return "", true
+	}
+	master, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return "", false
+	}
+	return master.Options().Addr, true
+}
+
 // read sends r's commands, alone or with others (see sessionReads), and
 // returns once they have answered, their results and errors in their
-// commands, or when ctx ends first.
-func (s *sessionReads) read(ctx context.Context, r *sessionRead) error {
+// commands, or when ctx ends first. key is the key whose Redis serves
+// both.
+func (s *sessionReads) read(ctx context.Context, key string, r *sessionRead) error {
+	addr, ok := s.masterOf(ctx, key)
+	if !ok {
+		s.exec(ctx, []*sessionRead{r})
+		return nil
+	}
 	s.mu.Lock()
-	if s.busy {
+	q := s.queueOf(addr)
+	if q.busy {
 		r.done = make(chan struct{})
-		s.queue = append(s.queue, r)
+		q.queue = append(q.queue, r)
 		s.mu.Unlock()
 		select {
 		case <-r.done:
@@ -61,13 +112,13 @@ func (s *sessionReads) read(ctx context.Context, r *sessionRead) error {
 			return ctx.Err() // the batch answers into r all the same
 		}
 	}
-	s.busy = true
+	q.busy = true
 	s.mu.Unlock()
 	batch := [1]*sessionRead{r}
 	s.exec(ctx, batch[:])
 	s.mu.Lock()
-	if len(s.queue) == 0 {
-		s.busy = false
+	if len(q.queue) == 0 {
+		q.busy = false
 		s.mu.Unlock()
 		return nil
 	}
@@ -77,27 +128,27 @@ func (s *sessionReads) read(ctx context.Context, r *sessionRead) error {
 	// cannot leave the others without a sender. It runs on ctx's values
 	// but not its end: one request's client going away must not fail the
 	// reads of the others.
-	go s.drain(context.WithoutCancel(ctx))
+	go s.drain(context.WithoutCancel(ctx), q)
 	return nil
 }
 
-// drain sends the queue in batches until it is empty, then lets the next
-// read go out on its own again.
-func (s *sessionReads) drain(ctx context.Context) {
+// drain sends q in batches until it is empty, then lets the next read go
+// out on its own again.
+func (s *sessionReads) drain(ctx context.Context, q *readQueue) {
 	for {
 		s.mu.Lock()
-		batch := s.queue
+		batch := q.queue
 		if len(batch) == 0 {
-			s.busy = false
+			q.busy = false
 			s.mu.Unlock()
 			return
 		}
 		if len(batch) > maxSessionBatch {
-			s.queue = append(s.spare[:0], batch[maxSessionBatch:]...)
+			q.queue = append(q.spare[:0], batch[maxSessionBatch:]...)
 			batch = batch[:maxSessionBatch]
-			s.spare = nil
+			q.spare = nil
 		} else {
-			s.queue, s.spare = s.spare[:0], nil
+			q.queue, q.spare = q.spare[:0], nil
 		}
 		s.mu.Unlock()
 		s.exec(ctx, batch)
@@ -106,7 +157,7 @@ func (s *sessionReads) drain(ctx context.Context) {
 		}
 		clear(batch)
 		s.mu.Lock()
-		s.spare = batch[:0]
+		q.spare = batch[:0]
 		s.mu.Unlock()
 	}
 }

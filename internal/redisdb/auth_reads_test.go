@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warble/warble/internal/redistest"
 	"github.com/warble/warble/internal/warble"
 )
@@ -48,9 +50,7 @@ func (h *heldReads) waitQueued(tb testing.TB, n int) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		h.auth.reads.mu.Lock()
-		queued := len(h.auth.reads.queue)
-		h.auth.reads.mu.Unlock()
+		queued := h.auth.reads.queued()
 		if len(h.batches()) > 0 && queued == n {
 			return
 		} else if time.Now().After(deadline) {
@@ -58,6 +58,17 @@ func (h *heldReads) waitQueued(tb testing.TB, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// queued returns how many reads wait in s's queues.
+func (s *sessionReads) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.one.queue)
+	for _, q := range s.queues {
+		n += len(q.queue)
+	}
+	return n
 }
 
 func (h *heldReads) batches() []int {
@@ -79,12 +90,17 @@ func TestAuthenticateSharesRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	auth := NewAuthService(db)
+	// On a cluster, users whose keys share one master, whose reads share
+	// a queue.
 	var tokens []string
 	var users []*warble.User
-	for i := range 6 {
+	for i := 0; len(users) < 6; i++ {
 		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
+			continue
 		}
 		tokens, users = append(tokens, p.Token), append(users, p.User)
 	}
@@ -184,5 +200,62 @@ func TestAuthenticateQueuedGivesUp(t *testing.T) {
 	}
 	if u, _, err := auth.Authenticate(ctx, p.Token); err != nil || *u != *p.User {
 		t.Errorf("Authenticate after the batch = %+v, %v; want %+v", u, err, p.User)
+	}
+}
+
+// masterOf returns the address of the master that serves userID's keys,
+// or "" on a single Redis.
+func masterOf(tb testing.TB, auth *AuthService, userID string) string {
+	tb.Helper()
+	addr, ok := auth.reads.masterOf(context.Background(), userKey(userID))
+	if !ok {
+		tb.Fatalf("no master known for user %s", userID)
+	}
+	return addr
+}
+
+// TestAuthenticateQueuesPerMaster checks that on a Redis Cluster a read
+// held on its way to one master (as if it did not answer) holds up no
+// request of a user on another master: each master has its own queue.
+func TestAuthenticateQueuesPerMaster(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	if _, ok := db.client.(*redis.ClusterClient); !ok {
+		t.Skip("one Redis has one queue; run with REDISTEST_CLUSTER=1")
+	}
+	auth := NewAuthService(db)
+	var first *warble.AuthPayload
+	for i := 0; ; i++ {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = p
+			continue
+		}
+		if masterOf(t, auth, p.User.ID) == masterOf(t, auth, first.User.ID) {
+			continue
+		}
+		held := holdReads(auth)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := auth.Authenticate(ctx, first.Token)
+			done <- err
+		}()
+		held.waitQueued(t, 0)
+		// Bounded, so that a read queued behind the held one fails the
+		// test rather than hanging it.
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		u, _, err := auth.Authenticate(bounded, p.Token)
+		if err != nil || *u != *p.User {
+			t.Errorf("Authenticate on another master while one read is held = %+v, %v; want %+v", u, err, p.User)
+		}
+		held.release()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		return
 	}
 }
