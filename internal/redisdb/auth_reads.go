@@ -57,6 +57,8 @@ type sessionRead struct {
 	done   chan struct{}      // closed when the batch of a queued read has answered
 }
 
+// newSessionReads returns the session reads of client, with a queue per
+// master when it is a cluster client.
 func newSessionReads(client redis.UniversalClient) *sessionReads {
 	cc, _ := client.(*redis.ClusterClient)
 	return &sessionReads{client: client, cluster: cc, queues: make(map[string]*readQueue)}
