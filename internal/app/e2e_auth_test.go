@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -151,6 +152,61 @@ func TestLoginSessionsAndLogout(t *testing.T) {
 	s.mustQuery(t, second.Login.Token, `{ viewer { id } }`, nil, &v)
 	if v.Viewer.ID != u.ID {
 		t.Fatal("logging out one session ended another")
+	}
+}
+
+// TestConcurrentViewers sends many signed-in requests at once, as a busy
+// server gets them, whose session reads go to Redis in shared round trips:
+// each answers with its own user, and a revoked token with
+// UNAUTHENTICATED, on every request.
+func TestConcurrentViewers(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.RateLimitsOn = false })
+	var users []testUser
+	for range 8 {
+		users = append(users, s.signup(t, "crowd"))
+	}
+	gone := s.signup(t, "gone")
+	var out struct{ Logout bool }
+	s.mustQuery(t, gone.Token, `mutation { logout }`, nil, &out)
+	users = append(users, gone)
+
+	var wg sync.WaitGroup
+	errs := make(chan string, 100)
+	for _, u := range users {
+		for range 4 {
+			wg.Go(func() {
+				for range 10 {
+					req := s.request(u.Token, `{ viewer { id username } }`, nil)
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						errs <- err.Error()
+						return
+					}
+					var r gqlResponse
+					err = json.NewDecoder(resp.Body).Decode(&r)
+					resp.Body.Close()
+					var v struct{ Viewer struct{ ID, Username string } }
+					switch {
+					case err != nil:
+						errs <- err.Error()
+						return
+					case u == gone:
+						if r.code() != "UNAUTHENTICATED" {
+							errs <- fmt.Sprintf("revoked token: %s, errors %+v; want UNAUTHENTICATED", r.Data, r.Errors)
+							return
+						}
+					case len(r.Errors) > 0 || json.Unmarshal(r.Data, &v) != nil || v.Viewer.ID != u.ID || v.Viewer.Username != u.Username:
+						errs <- fmt.Sprintf("viewer of %s (%s) = %s, errors %+v", u.Username, u.ID, r.Data, r.Errors)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
 

@@ -1,0 +1,261 @@
+package redisdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
+)
+
+// heldReads makes the first batch of auth's session reads wait until
+// release is called, so that a test can queue requests behind it, and
+// records the size of every batch.
+type heldReads struct {
+	auth    *AuthService
+	release func()
+	mu      sync.Mutex
+	sizes   []int
+}
+
+func holdReads(auth *AuthService) *heldReads {
+	h := &heldReads{auth: auth}
+	gate := make(chan struct{})
+	h.release = sync.OnceFunc(func() { close(gate) })
+	first := true
+	auth.reads.batchN = func(n int) {
+		h.mu.Lock()
+		h.sizes = append(h.sizes, n)
+		wait := first
+		first = false
+		h.mu.Unlock()
+		if wait {
+			<-gate
+		}
+	}
+	return h
+}
+
+// waitQueued waits until the held read has reached Redis's door and n
+// reads are queued behind it.
+func (h *heldReads) waitQueued(tb testing.TB, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		queued := h.auth.reads.queued()
+		if len(h.batches()) > 0 && queued == n {
+			return
+		} else if time.Now().After(deadline) {
+			tb.Fatalf("%d batches sent and %d reads queued, want 1 and %d", len(h.batches()), queued, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// queued returns how many reads wait in s's queues.
+func (s *sessionReads) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.one.queue)
+	for _, q := range s.queues {
+		n += len(q.queue)
+	}
+	return n
+}
+
+func (h *heldReads) batches() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.sizes)
+}
+
+type authResult struct {
+	user *warble.User
+	err  error
+}
+
+// TestAuthenticateSharesRoundTrips checks that requests which arrive while
+// a session read is in flight go to Redis together, in one round trip, and
+// that each gets its own answer: its own user, or UNAUTHENTICATED for a
+// token that is wrong or was revoked, even one revoked while it waited.
+func TestAuthenticateSharesRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	// On a cluster, users whose keys share one master, whose reads share
+	// a queue.
+	var tokens []string
+	var users []*warble.User
+	for i := 0; len(users) < 6; i++ {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
+			continue
+		}
+		tokens, users = append(tokens, p.Token), append(users, p.User)
+	}
+	// The last user's session is revoked while its request waits; a token
+	// naming the first user with a wrong secret never was a session.
+	_, revoked, err := auth.Authenticate(ctx, tokens[5])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens = append(tokens, users[0].ID+"."+strings.Repeat("A", secretLen))
+
+	held := holdReads(auth)
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	results := make([]chan authResult, len(tokens))
+	for i, token := range tokens {
+		results[i] = make(chan authResult, 1)
+		go func() {
+			u, _, err := auth.Authenticate(ctx, token)
+			results[i] <- authResult{u, err}
+		}()
+		held.waitQueued(t, i) // the first is the held read, the others queue behind it
+	}
+	if err := auth.Logout(ctx, revoked); err != nil {
+		t.Fatal(err)
+	}
+	before := counter.N()
+	held.release()
+	for i, ch := range results {
+		r := <-ch
+		switch {
+		case i == 5 || i == 6:
+			if warble.ErrorCode(r.err) != warble.EUNAUTHENTICATED {
+				t.Errorf("token %d (revoked or wrong): user %v, err %v; want EUNAUTHENTICATED", i, r.user, r.err)
+			}
+		case r.err != nil:
+			t.Errorf("token %d: %v", i, r.err)
+		case *r.user != *users[i]:
+			t.Errorf("token %d: user %+v, want %+v", i, r.user, users[i])
+		}
+	}
+	if got, want := held.batches(), []int{1, len(tokens) - 1}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v reads, want %v", got, want)
+	}
+	// The held read's pipeline, the batch's, and nothing else: the
+	// sessions are fresh, so none of them moved its expiry.
+	if n := counter.N() - before; n != 2 {
+		t.Errorf("%d round trips after the release, want 2", n)
+	}
+
+	// With nothing in flight, a read goes out alone again.
+	if u, _, err := auth.Authenticate(ctx, tokens[1]); err != nil || *u != *users[1] {
+		t.Errorf("Authenticate after the batch = %+v, %v; want %+v", u, err, users[1])
+	}
+	if got := held.batches(); got[len(got)-1] != 1 {
+		t.Errorf("batches %v: the last read did not go out alone", got)
+	}
+}
+
+// TestAuthenticateQueuedGivesUp checks that a request that stops waiting
+// for its batch (its client went away) gets its context's error, and that
+// the requests queued with it still get their answers, and later ones too.
+func TestAuthenticateQueuedGivesUp(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdReads(auth)
+	results := make(chan authResult, 2)
+	auth1 := func(ctx context.Context) {
+		u, _, err := auth.Authenticate(ctx, p.Token)
+		results <- authResult{u, err}
+	}
+	go auth1(ctx) // the held read
+	held.waitQueued(t, 0)
+	leaving, leave := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := auth.Authenticate(leaving, p.Token)
+		gaveUp <- err
+	}()
+	held.waitQueued(t, 1)
+	go auth1(ctx)
+	held.waitQueued(t, 2)
+	leave()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("Authenticate whose context ended: err = %v, want context.Canceled", err)
+	}
+	held.release()
+	for range 2 {
+		if r := <-results; r.err != nil || *r.user != *p.User {
+			t.Errorf("Authenticate = %+v, %v; want %+v", r.user, r.err, p.User)
+		}
+	}
+	if u, _, err := auth.Authenticate(ctx, p.Token); err != nil || *u != *p.User {
+		t.Errorf("Authenticate after the batch = %+v, %v; want %+v", u, err, p.User)
+	}
+}
+
+// masterOf returns the address of the master that serves userID's keys,
+// or "" on a single Redis.
+func masterOf(tb testing.TB, auth *AuthService, userID string) string {
+	tb.Helper()
+	addr, ok := auth.reads.masterOf(context.Background(), userKey(userID))
+	if !ok {
+		tb.Fatalf("no master known for user %s", userID)
+	}
+	return addr
+}
+
+// TestAuthenticateQueuesPerMaster checks that on a Redis Cluster a read
+// held on its way to one master (as if it did not answer) holds up no
+// request of a user on another master: each master has its own queue.
+func TestAuthenticateQueuesPerMaster(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	if _, ok := db.client.(*redis.ClusterClient); !ok {
+		t.Skip("one Redis has one queue; run with REDISTEST_CLUSTER=1")
+	}
+	auth := NewAuthService(db)
+	var first *warble.AuthPayload
+	for i := 0; ; i++ {
+		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = p
+			continue
+		}
+		if masterOf(t, auth, p.User.ID) == masterOf(t, auth, first.User.ID) {
+			continue
+		}
+		held := holdReads(auth)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := auth.Authenticate(ctx, first.Token)
+			done <- err
+		}()
+		held.waitQueued(t, 0)
+		// Bounded, so that a read queued behind the held one fails the
+		// test rather than hanging it.
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		u, _, err := auth.Authenticate(bounded, p.Token)
+		if err != nil || *u != *p.User {
+			t.Errorf("Authenticate on another master while one read is held = %+v, %v; want %+v", u, err, p.User)
+		}
+		held.release()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		return
+	}
+}
