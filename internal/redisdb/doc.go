@@ -302,9 +302,13 @@
 // Each subscription (hub_subscribers.go) has a bounded queue, and a
 // goroutine that feeds the channel its caller reads while the queue holds
 // something (an idle subscription has none: thousands of sockets sit idle
-// on a server). Dispatch never blocks: a full queue is replaced by a RESYNC. A subscription with after: subscribes
-// first, then replays from the sorted set, then drops live events at or
-// below the last replayed position: no gap, no duplicate.
+// on a server). A channel runs those goroutines in waves
+// (hub_deliveries.go), so that a post to thousands of subscribers of one
+// channel does not keep the others waiting behind it, and a subscriber
+// that stalls leaves its wave. Dispatch never blocks: a full queue is
+// replaced by a RESYNC. A subscription with after: subscribes first, then
+// replays from the sorted set, then drops live events at or below the last
+// replayed position: no gap, no duplicate.
 //
 // A home timeline also shows the posts of the pulled accounts its owner
 // follows, which are announced on those accounts' user channels, not on the

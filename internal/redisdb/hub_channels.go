@@ -44,6 +44,8 @@ type hubChannel struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 
+	deliveries deliveries // runs the subscribers' deliver goroutines (hub_deliveries.go)
+
 	routed []string // a home channel's routes (see Hub.setRoutes); guarded by hub.mu
 
 	// Owned by run.
