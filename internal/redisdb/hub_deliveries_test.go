@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -155,5 +157,56 @@ func TestHubStalledSubscriber(t *testing.T) {
 				t.Fatalf("stalled subscriber %d: event %d is %s %v, want POST_ADDED of %s", i, j, ev.Kind, ev.PostID, posts[j].ID)
 			}
 		}
+	}
+}
+
+// TestHubHomeAddedOutOfOrder adds a post to a live home timeline after a
+// newer one, as two racing fan-outs may, each add announced as fan-out
+// announces it: the subscriber never gets a POST_ADDED below one it got,
+// and gets the older post in order or a RESYNC; posts after it arrive.
+func TestHubHomeAddedOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	cat := mustSignup(t, db, "cat")
+	mustFollow(t, db, bob.ID, ada.ID)
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+
+	first := mustCreatePost(t, db, ada.ID, "first")
+	wantAdded(t, nextEvent(t, events), first)
+	older := mustCreatePost(t, db, cat.ID, "older")
+	newer := mustCreatePost(t, db, cat.ID, "newer")
+	for _, p := range []*warble.Post{newer, older} {
+		if err := db.client.ZAdd(ctx, homeKey(bob.ID), redis.Z{Score: float64(p.Seq), Member: p.ID}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.publish(ctx, db.client, homeChannel(bob.ID), encodeAdded(p.Seq, p.ID)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := mustCreatePost(t, db, ada.ID, "last")
+
+	prev := first.Seq
+	var gotOlder, resync bool
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			resync = true
+			continue
+		}
+		seq := eventSeq(t, ev)
+		if ev.Kind != warble.PostAdded || seq <= prev {
+			t.Fatalf("got %s at %d after POST_ADDED at %d", ev.Kind, seq, prev)
+		}
+		prev = seq
+		gotOlder = gotOlder || seq == older.Seq
+		if seq == last.Seq {
+			break
+		}
+	}
+	if !gotOlder && !resync {
+		t.Error("the older post came neither in order nor as a RESYNC")
 	}
 }
