@@ -34,11 +34,13 @@ import (
 // Bounds of a channel's waves.
 var (
 	// waveWidth is the most deliveries of one channel that run at once,
-	// not counting those that left their wave. A few per CPU keep the CPUs
-	// busy (a delivery rarely waits: a socket write goes to the kernel's
-	// buffer) while a goroutine readied meanwhile waits behind few of
-	// them.
-	waveWidth = 4 * runtime.GOMAXPROCS(0)
+	// not counting those that left their wave. A goroutine readied during
+	// a burst waits behind about waveWidth/GOMAXPROCS deliveries per CPU,
+	// well under a millisecond at 32 (a delivery is some 20 µs of CPU).
+	// Fewer keep the CPUs less busy: at 4 per CPU the global subscribers'
+	// p99 was higher and swung more (BENCHMARKS.md, "Waves, and a home
+	// channel that reads less").
+	waveWidth = 32 * runtime.GOMAXPROCS(0)
 	// waveSlow is how long a delivery runs before it leaves its wave.
 	waveSlow = 5 * time.Millisecond
 )
