@@ -294,17 +294,24 @@
 // from the timeline's sorted set, the truth, and dispatches that in order,
 // so posts that published out of order still arrive in order, and a post
 // that lands below what was already dispatched becomes a RESYNC rather than
-// an event out of order. When the channel starts (and after a reconnect)
-// it reads the newest seq and publishes a marker on the channel in one step;
-// messages that arrive before the marker announce posts that the read saw,
-// and are dropped.
+// an event out of order. A home channel (not merged with pulled accounts)
+// dispatches the announced post without that read, since every add to a
+// home timeline is announced in the step that adds it (hubChannel.added):
+// for a post announced after a newer one, that always means a RESYNC.
+// When the channel starts (and after a reconnect) it reads the newest seq
+// and publishes a marker on the channel in one step; messages that arrive
+// before the marker announce posts that the read saw, and are dropped.
 //
 // Each subscription (hub_subscribers.go) has a bounded queue, and a
 // goroutine that feeds the channel its caller reads while the queue holds
 // something (an idle subscription has none: thousands of sockets sit idle
-// on a server). Dispatch never blocks: a full queue is replaced by a RESYNC. A subscription with after: subscribes
-// first, then replays from the sorted set, then drops live events at or
-// below the last replayed position: no gap, no duplicate.
+// on a server). A channel runs those goroutines in waves
+// (hub_deliveries.go), so that a post to thousands of subscribers of one
+// channel does not keep the others waiting behind it, and a subscriber
+// that stalls leaves its wave. Dispatch never blocks: a full queue is
+// replaced by a RESYNC. A subscription with after: subscribes first, then
+// replays from the sorted set, then drops live events at or below the last
+// replayed position: no gap, no duplicate.
 //
 // A home timeline also shows the posts of the pulled accounts its owner
 // follows, which are announced on those accounts' user channels, not on the

@@ -44,6 +44,8 @@ type hubChannel struct {
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
 
+	deliveries deliveries // runs the subscribers' deliver goroutines (hub_deliveries.go)
+
 	routed []string // a home channel's routes (see Hub.setRoutes); guarded by hub.mu
 
 	// Owned by run.
@@ -345,6 +347,8 @@ func (ch *hubChannel) handle(ev channelEvent) {
 	switch ev.op {
 	case opAdded:
 		switch {
+		case ev.seq > ch.last && ch.feed.Kind == warble.FeedHome && len(ch.pulled) == 0:
+			ch.added(ev)
 		case ev.seq > ch.last:
 			ch.pull()
 		case ch.beforeMark && ev.seq <= ch.startLast:
@@ -403,6 +407,43 @@ func (ch *hubChannel) pull() {
 	}
 	for _, ev := range events {
 		ch.dispatch(&hubEvent{ev: ev, seq: ev.Post.Seq})
+	}
+}
+
+// added dispatches the post that a home channel's message announces
+// without reading the timeline, as pull would. A home timeline is written
+// only by steps that announce what they write on its channel (an "A" per
+// post added, an "S" for a rewrite), except that fan-out leaves out the
+// announce where nobody listens, and a channel that nobody listened to
+// yet reads the newest seq when it starts. So the messages come in the
+// order of the adds, and whatever was added before this post has been
+// dispatched already, or is at or below what the channel's start read, or
+// was in a message that was lost, which starts the channel again with a
+// RESYNC. Only a post added after a newer one (two fan-outs that raced)
+// is not delivered in order: its message finds it below what was
+// dispatched, and it becomes a RESYNC, which pull avoids when its read
+// comes after that add. That is rare on one user's home timeline, and the
+// read it saves is a round trip per live home timeline for every post,
+// which the home subscribers of a followed author waited for
+// (BENCHMARKS.md, "Waves, and a home channel that reads less"). A home
+// timeline merged with pulled accounts still reads: its other sources
+// announce on their own channels.
+func (ch *hubChannel) added(ev channelEvent) {
+	h := ch.hub
+	events, err := h.addedEvents(h.ctx, []feedEntry{{postID: ev.postID, seq: ev.seq}})
+	if err != nil {
+		if h.ctx.Err() == nil {
+			// The listeners refetch, after the post was added.
+			h.db.log.Warn("read new post for live events", "feed", ch.feed.String(), "err", err)
+			ch.last = ev.seq
+			ch.dispatch(&hubEvent{ev: resyncEvent(ch.last), seq: ch.last})
+		}
+		return
+	}
+	ch.recent.add(ev.seq)
+	ch.last = ev.seq
+	for _, e := range events { // none when the post is gone already
+		ch.dispatch(&hubEvent{ev: e, seq: e.Post.Seq})
 	}
 }
 

@@ -25,7 +25,7 @@ type subscriber struct {
 	out     chan<- *warble.TimelineEvent
 	replay  []*warble.TimelineEvent
 	begun   bool
-	running bool // a deliver goroutine is on its way
+	running bool // a deliver goroutine is on its way, or s waits for one in its channel's wave
 	ended   bool // ctx ended or the hub closed: nothing more starts
 
 	// Set before begin and owned by the deliver goroutine afterwards
@@ -65,7 +65,7 @@ func (s *subscriber) push(e *hubEvent) {
 	s.running = s.running || start
 	s.mu.Unlock()
 	if start {
-		go s.deliver()
+		s.ch.deliveries.start(s)
 	}
 }
 
@@ -207,7 +207,7 @@ func (s *subscriber) begin(ctx context.Context, replay []*warble.TimelineEvent, 
 	s.running = start
 	s.mu.Unlock()
 	if start {
-		go s.deliver()
+		s.ch.deliveries.start(s)
 	}
 	context.AfterFunc(ctx, s.end)
 }
