@@ -219,9 +219,9 @@ func (w *Worker) maybeMove(ctx context.Context) (int, error) {
 // step runs the next jobs, without waiting for one: those that the end
 // of the last ones read for this worker (see readNext), else one of a dead
 // worker (looked for at most every IdleLook), else new ones, up to
-// jobsAtOnce. Of the jobs in hand, those that carry their followers run
-// at once, in one pipeline (runCarried); any other runs alone, one a
-// step, after them. The shards are looked at in turn, from a different one
+// readCount. Of the jobs in hand, those that carry their followers run
+// at once, in one pipeline (runCarried); any other runs alone, one a step,
+// after them (see runHeld). The shards are looked at in turn, from a different one
 // at each step, so that a busy shard does not starve the others. It
 // reports how many jobs it ran.
 func (w *Worker) step(ctx context.Context) (int, error) {
@@ -249,12 +249,23 @@ func (w *Worker) step(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// jobsAtOnce is how many new jobs a worker reads at a time. Those that
-// carry their followers (most, on one Redis) run in one pipeline, so that
-// a worker with jobs waiting spends a round trip on up to this many
-// rather than one on each: a round trip costs Redis and the worker about
-// as much as a small job's writes.
+// jobsAtOnce is how many new jobs a worker reads at a time on one Redis.
+// Those that carry their followers (most) run in one pipeline, so that a
+// worker with jobs waiting spends a round trip on up to this many rather
+// than one on each: a round trip costs Redis and the worker about as much
+// as a small job's writes.
 const jobsAtOnce = 16
+
+// readCount is how many new jobs the worker reads at a time: jobsAtOnce
+// on one Redis, and one on a Redis Cluster, whose jobs carry no followers
+// and run one at a time, so that jobs it has not started are not held
+// pending on it while other workers are free.
+func (w *Worker) readCount() int64 {
+	if w.db.onCluster() {
+		return 1
+	}
+	return jobsAtOnce
+}
 
 // batchEvery is how often, at most, a worker runs a pipeline of carried
 // jobs that is not full (jobsAtOnce). While posts come faster than one a
@@ -292,7 +303,7 @@ func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, err
 	} else {
 		streams, err := w.db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{stream, ">"}, Count: jobsAtOnce,
+			Streams: []string{stream, ">"}, Count: w.readCount(),
 			Block: -1, // no BLOCK argument: answer at once
 		}).Result()
 		switch {
@@ -630,7 +641,7 @@ func (w *Worker) readNext(ctx context.Context) (func(redis.Pipeliner), *[]*redis
 		w.next = (shard + 1) % len(w.ready)
 		*reads = append(*reads, pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{fanoutStreamKey(shard), ">"}, Count: jobsAtOnce,
+			Streams: []string{fanoutStreamKey(shard), ">"}, Count: w.readCount(),
 			Block: -1,
 		}))
 	}, reads
@@ -639,8 +650,12 @@ func (w *Worker) readNext(ctx context.Context) (func(redis.Pipeliner), *[]*redis
 // runHeld runs the jobs this worker holds (read new, never run): every
 // one that carries its followers at once (runCarried), else the first,
 // alone. A job that does not carry them may be long (a walk of many
-// followers), and those held after it wait for it; the carried ones run
-// first so that they never do. Jobs of one author may run out of their
+// followers): the carried ones run before it, so that they never wait for
+// it; the other jobs that do not carry them do, one after the other.
+// (Handing them back before a walk, to the next look for jobs of dead
+// workers, would not do: that look takes one job per IdleLook per worker,
+// and where authors with more followers than a job carries post now and
+// then among many small ones, the jobs handed back would pile up.) Jobs of one author may run out of their
 // queued order then, as they do on two workers: a delete job that runs
 // before its post's create job leaves that job to find the post gone and
 // take it off again (doc.go).
