@@ -1,7 +1,8 @@
 // Command loadtest seeds a social graph into a Redis and measures a Warble
 // server on it: home pages over HTTP against { __typename } on the same
 // server and against go-redis reading the same pages directly; createPost
-// latency for authors with few followers; and fan-out, the time from
+// latency for authors with few followers, and how many of their posts a
+// second are answered and fanned out; and fan-out, the time from
 // createPost answering until every follower's home timeline holds the post,
 // for authors with given follower counts, against a plain pipeline of
 // ZADDs. It prints the figures next to the targets of the fan-out work and
