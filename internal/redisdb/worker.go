@@ -221,9 +221,9 @@ func (w *Worker) maybeMove(ctx context.Context) (int, error) {
 // worker (looked for at most every IdleLook), else new ones, up to
 // readCount. Of the jobs in hand, those that carry their followers run
 // at once, in one pipeline (runCarried); any other runs alone, one a step,
-// after them (see runHeld). The shards are looked at in turn, from a different one
-// at each step, so that a busy shard does not starve the others. It
-// reports how many jobs it ran.
+// after them (see runHeld). The shards are looked at in turn, from a
+// different one at each step, so that a busy shard does not starve the
+// others. It reports how many jobs it ran.
 func (w *Worker) step(ctx context.Context) (int, error) {
 	if len(w.held) > 0 {
 		return w.runHeld(ctx)
@@ -277,7 +277,7 @@ func (w *Worker) readCount() int64 {
 const batchEvery = 5 * time.Millisecond
 
 // stepShard runs jobs of a shard: with claim, one of a dead worker, else
-// new ones, up to jobsAtOnce, read and run as step says.
+// new ones, up to readCount, read and run as step says.
 func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, error) {
 	if !w.ready[shard] {
 		ok, err := w.ensureGroup(ctx, shard)
@@ -621,7 +621,7 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 
 // readNext returns a func that has the pipeline that ends jobs (on one
 // Redis: carried jobs, see runCarried, or a job of one batch, see
-// fanOutJob) also read this worker's next jobs, up to jobsAtOnce, from
+// fanOutJob) also read this worker's next jobs, up to readCount, from
 // the shard it looks at first next (as step would), after the jobs' ends:
 // a worker busy with small jobs costs Redis one round trip less, and the
 // next jobs are taken just as the worker is done with these, when step
@@ -655,10 +655,10 @@ func (w *Worker) readNext(ctx context.Context) (func(redis.Pipeliner), *[]*redis
 // (Handing them back before a walk, to the next look for jobs of dead
 // workers, would not do: that look takes one job per IdleLook per worker,
 // and where authors with more followers than a job carries post now and
-// then among many small ones, the jobs handed back would pile up.) Jobs of one author may run out of their
-// queued order then, as they do on two workers: a delete job that runs
-// before its post's create job leaves that job to find the post gone and
-// take it off again (doc.go).
+// then among many small ones, the jobs handed back would pile up.) Jobs
+// of one author may run out of their queued order then, as they do on two
+// workers: a delete job that runs before its post's create job leaves
+// that job to find the post gone and take it off again (doc.go).
 func (w *Worker) runHeld(ctx context.Context) (int, error) {
 	var carried []job
 	rest := w.held[:0]
