@@ -1,7 +1,8 @@
 // Command loadtest seeds a social graph into a Redis and measures a Warble
 // server on it: home pages over HTTP against { __typename } on the same
 // server and against go-redis reading the same pages directly; createPost
-// latency for authors with few followers; and fan-out, the time from
+// latency for authors with few followers, and how many of their posts a
+// second are answered and fanned out; and fan-out, the time from
 // createPost answering until every follower's home timeline holds the post,
 // for authors with given follower counts, against a plain pipeline of
 // ZADDs. It prints the figures next to the targets of the fan-out work and
@@ -283,6 +284,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 	var homes, types, raws, creates, singles []result
 	var drains []time.Duration
+	var done []float64 // posts with their fan-out done per second, by createPost run
 	for range o.runs {
 		for _, m := range []struct {
 			fn          func(context.Context, *rand.Rand) error
@@ -317,13 +319,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 				}
 				if m.dst == &creates {
 					drains = append(drains, d)
+					done = append(done, float64(r.n)/(r.took+d).Seconds())
 				}
 			}
 		}
 	}
 	rep.home, rep.typename, rep.raw = median(homes), median(types), median(raws)
 	rep.create, rep.createSingle = median(creates), median(singles)
-	rep.drain = medianOf(drains)
+	rep.drain, rep.createDone = medianOf(drains), medianOf(done)
 
 	if rep.fan, err = measureFanOut(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
@@ -412,7 +415,9 @@ func postData(ctx context.Context, hc *http.Client, endpoint, token, query strin
 
 // result is one throughput run.
 type result struct {
-	rate              float64 // requests per second
+	rate              float64       // requests per second
+	n                 int           // requests answered
+	took              time.Duration // the run's wall time
 	p50, p99          time.Duration
 	redisCPU, toolCPU float64 // how busy Redis's main thread and the tool were, in CPUs; -1 if not known
 }
@@ -452,7 +457,7 @@ func measure(ctx context.Context, concurrency int, d time.Duration, fn func(cont
 	}
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	return result{rate: float64(len(all)) / elapsed.Seconds(), p50: pct(0.50), p99: pct(0.99)}, nil
+	return result{rate: float64(len(all)) / elapsed.Seconds(), n: len(all), took: elapsed, p50: pct(0.50), p99: pct(0.99)}, nil
 }
 
 // median takes the median of each field of rs on its own.

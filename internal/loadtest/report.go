@@ -18,9 +18,12 @@ type report struct {
 	createAuthors               int           // users createPost was timed for
 	createMaxFollowers          int           // the most followers one of them has
 	drain                       time.Duration // for the queue to empty after a createPost run
-	fanAuthors                  []fanAuthor
-	fan                         []fanResult
-	compact                     []compactResult // by listpack limit
+	// createDone is how many posts a second a createPost run completed,
+	// answered and fanned out: its posts over the run and its drain.
+	createDone float64
+	fanAuthors []fanAuthor
+	fan        []fanResult
+	compact    []compactResult // by listpack limit
 	// On a Redis Cluster, each master's main thread during the last
 	// concurrent createPost run, and where the single keys live.
 	createMasters []masterBusy
@@ -147,6 +150,7 @@ func (r *report) write(out io.Writer) {
 	fmt.Fprintf(out, "\nhome page / `__typename`: %.2f (target ≥ %.2f); home page / raw Redis: %.2f (target ≥ %.2f)\n",
 		r.home.rate/r.typename.rate, goalHomeVsTypename, r.home.rate/r.raw.rate, goalHomeVsRaw)
 	fmt.Fprintf(out, "the fan-out jobs each createPost run queued took %s (median) to drain after it\n", r.drain.Round(time.Millisecond))
+	fmt.Fprintf(out, "posts answered and fanned out per second at concurrency %d: %.0f (median; a run's posts over its time and its drain's)\n", o.concurrency, r.createDone)
 	fmt.Fprintf(out, "busy: CPU time over wall time, 100%% = one CPU of %d; what is left went to the server, its workers and anything else on the machine\n", runtime.NumCPU())
 
 	if len(r.fan) > 0 {

@@ -422,7 +422,7 @@ type jobEnd struct {
 func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error, end *jobEnd) error {
 	if end != nil && end.carried && from == startCursor && len(end.followers) <= batch && !db.onCluster() {
-		return db.fanOutCarried(ctx, authorID, seq, postID, end)
+		return db.fanOutCarried(ctx, []carriedJob{{authorID: authorID, seq: seq, postID: postID, end: end}}, end.readNext)[0]
 	}
 	seqText := strconv.FormatInt(seq, 10)
 	added := encodeAdded(seq, postID)
@@ -696,17 +696,20 @@ func (db *DB) carriedFollowers() int {
 	return deliverBatch
 }
 
-// fanOutCarried runs a job that carries its author's followers, read in
-// the atomic step that stored the post and queued the job, on one Redis:
-// one pipeline puts the post on the global timeline, delivers it to those
-// followers, then checks that the post still exists and, if it does, ends
-// the job (finishFanOutLua), and it may read the worker's next job
-// (end.readNext). It saves the job's first round trip, which reads the
+// fanOutCarried runs jobs that carry their authors' followers, read in
+// the atomic step that stored each post and queued its job, on one Redis,
+// all in one pipeline: for each job in turn it puts the post on the global
+// timeline, delivers it to those followers, then checks that the post
+// still exists and, if it does, ends the job (finishFanOutLua); after them
+// all the pipeline may read the worker's next jobs (readNext, when not
+// nil). It saves a job the first round trip of a walk, which reads the
 // followers (fanOutJob), and costs what a job of one batch costs after
-// it: the same writes, each as idempotent, and the same check after them
-// all, the global timeline's included, so the argument of doc.go holds
-// (a post found deleted is taken back off the followers and the global
-// timeline before the job may leave the stream).
+// it, less the round trip itself for every job after the first: the same
+// writes, each as idempotent, and the same check after them all, the
+// global timeline's included, so the argument of doc.go holds for each
+// job (a post found deleted is taken back off the followers and the
+// global timeline before its job may leave the stream). A job's commands
+// are in the pipeline's order, so each check follows that job's writes.
 //
 // The followers are those of the moment the post was stored rather than
 // of the job's walk: one who follows after that gets the post from
@@ -716,58 +719,93 @@ func (db *DB) carriedFollowers() int {
 // walks the followers (fanOutJob), since that worker, of an older
 // version, may have walked them, and its undo covers whom it may have
 // delivered to.
-func (db *DB) fanOutCarried(ctx context.Context, authorID string, seq int64, postID string, end *jobEnd) error {
-	seqText := strconv.FormatInt(seq, 10)
-	added := encodeAdded(seq, postID)
-	followers := end.followers
-	var global, finish *redis.Cmd
-	var cmds []*redis.Cmd
+//
+// It returns each job's error, nil for a job done (its end.finished says
+// whether its pipeline ended it: a post moved to the archive meanwhile
+// is delivered, and left for the worker to end).
+func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext func(redis.Pipeliner)) []error {
+	type sent struct {
+		seqText, added string
+		global, finish *redis.Cmd
+		cmds           []*redis.Cmd
+	}
+	all := make([]sent, len(jobs))
+	for i, j := range jobs {
+		all[i].seqText = strconv.FormatInt(j.seq, 10)
+		all[i].added = encodeAdded(j.seq, j.postID)
+	}
 	cutoff := db.inactiveCutoff()
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-		global = db.listGlobal(ctx, pipe, seqText, postID, added)
-		cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
-		finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
-			[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
-			"finish", fanOutGroup, end.id, fanOutPendingField)
-		if end.readNext != nil {
-			end.readNext(pipe)
+		for i, j := range jobs {
+			c := &all[i]
+			c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
+			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, c.seqText, j.postID, j.authorID, c.added, cutoff)
+			c.finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
+				[]string{postKey(j.authorID, c.seqText), fanoutStreamKey(j.end.shard), fanoutCursorKey(j.end.shard, j.end.id)},
+				"finish", fanOutGroup, j.end.id, fanOutPendingField)
+		}
+		if readNext != nil {
+			readNext(pipe)
 		}
 	}, db.pub(listGlobalScript), db.pub(deliverBatchScript))
-	if err != nil && finish != nil {
-		// Not the next job's read (none queued answers redis.Nil): this
-		// job's commands.
-		err = global.Err()
-		for _, c := range append(cmds, finish) {
-			if err == nil {
-				err = c.Err()
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		c := &all[i]
+		jerr := err
+		if err != nil && c.finish != nil {
+			// Not another job's commands nor the next jobs' read (none
+			// queued answers redis.Nil): this job's.
+			jerr = c.global.Err()
+			for _, cmd := range append(c.cmds, c.finish) {
+				if jerr == nil {
+					jerr = cmd.Err()
+				}
 			}
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("deliver post %s: %w", postID, err)
-	}
-	n := 0
-	for _, c := range cmds {
-		if v, _ := c.Int64(); v > 0 {
-			n += int(v)
+		if jerr != nil {
+			errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, jerr)
+			continue
 		}
+		n := 0
+		for _, cmd := range c.cmds {
+			if v, _ := cmd.Int64(); v > 0 {
+				n += int(v)
+			}
+		}
+		if db.opts.Delivered != nil && n > 0 {
+			db.opts.Delivered(n)
+		}
+		if found, _ := c.finish.Int64(); found == 1 {
+			j.end.finished = true
+			continue
+		}
+		errs[i] = db.undoCarried(ctx, j)
 	}
-	if db.opts.Delivered != nil && n > 0 {
-		db.opts.Delivered(n)
-	}
-	if found, _ := finish.Int64(); found == 1 {
-		end.finished = true
-		return nil
-	}
-	gone, err := db.deletedPost(ctx, authorID, postID)
+	return errs
+}
+
+// carriedJob is a job that carries its followers (in end), for
+// fanOutCarried.
+type carriedJob struct {
+	authorID string
+	seq      int64
+	postID   string
+	end      *jobEnd
+}
+
+// undoCarried takes the post of a carried job whose check found its hash
+// gone off the job's followers and the global timeline, if it was
+// deleted; one moved to the archive is delivered.
+func (db *DB) undoCarried(ctx context.Context, j carriedJob) error {
+	gone, err := db.deletedPost(ctx, j.authorID, j.postID)
 	if err != nil || !gone {
 		// Moved to the archive: delivered, and the worker ends the job.
 		return err
 	}
-	if err := db.undeliver(ctx, followers, seq, postID); err != nil {
+	if err := db.undeliver(ctx, j.end.followers, j.seq, j.postID); err != nil {
 		return err
 	}
-	return db.unlistGlobal(ctx, seq, postID)
+	return db.unlistGlobal(ctx, j.seq, j.postID)
 }
 
 // fannedOut clears a post's fanOutPendingField, for a job that has

@@ -189,13 +189,15 @@
 // its cursors and its outbox index share its tag ({fanout} or
 // {fanout:<i>}); deliveries are scripts on one follower's keys. The jobs
 // are split over Options.FanOutShards streams by author, so that on a
-// cluster they spread over the masters; a worker takes one job at a time,
-// from the shards in turn, and each process watches every shard's stream
-// with a blocked XREAD on a connection of its own (see jobWatch); on one
-// Redis, the pipeline that ends a job of one batch also reads the worker's
-// next job (Worker.readNext), which a worker that stops hands back. An
-// author's jobs are all in one shard, queued in order, as they were in the
-// one stream.
+// cluster they spread over the masters; a worker reads new jobs (one at a
+// time on a cluster, up to jobsAtOnce on one Redis) from the shards in
+// turn, and each process watches every shard's stream with a blocked
+// XREAD on a connection of its own (see jobWatch). On one Redis, the jobs
+// that carry their followers run together in one pipeline, which also
+// reads the worker's next jobs (Worker.readNext; a worker that stops hands
+// back those it holds), at most every batchEvery while the pipelines are
+// not full, so that they fill; any other job runs alone. An author's jobs
+// are all in one shard, queued in order, as they were in the one stream.
 //
 // # Hybrid push/pull
 //

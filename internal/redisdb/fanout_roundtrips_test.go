@@ -115,35 +115,64 @@ func requeueWithoutFollowers(tb testing.TB, db *DB, postID string) {
 	}
 }
 
-// TestSmallFanOutJobsBackToBack: on one Redis, the pipeline that ends a
-// small job also reads the worker's next job, so that a worker with jobs
-// waiting spends one round trip on each after the first (the global
-// timeline, the deliveries, the check, the job's end and the next read),
-// and the job read that way is run whole by the worker's next step.
+// TestSmallFanOutJobsBackToBack: on one Redis, a worker reads up to
+// jobsAtOnce jobs at a time and runs those that carry their followers in
+// one pipeline (the global timeline, the deliveries, the check and the end
+// of each), which also reads the worker's next jobs: a worker with jobs
+// waiting spends one round trip on all it holds, and each job read either
+// way is run whole. On a Redis Cluster, whose jobs carry nothing, the
+// jobs read at once run one a step.
 func TestSmallFanOutJobsBackToBack(t *testing.T) {
 	ctx := context.Background()
 	db, followers, first, w := newSmallJob(t)
 	author, _, _ := splitPostID(first)
-	second := mustQueuePost(t, db, author, "the second")
-	third := mustQueuePost(t, db, author, "the third")
+	posts := []string{first, mustQueuePost(t, db, author, "the second"), mustQueuePost(t, db, author, "the third")}
 	counter := &redistest.RoundTrips{}
 	db.client.AddHook(counter)
-	want := []int64{2, 1, 1}
 	if db.onCluster() {
-		want = nil // the cluster's jobs end in a MULTI of their own
-	}
-	for i := range 3 {
+		for range len(posts) {
+			if n, err := w.step(ctx); err != nil || n != 1 {
+				t.Fatalf("step = %d jobs, %v; want 1", n, err)
+			}
+		}
+	} else {
+		// The read of the three, and their pipeline.
+		if n, err := w.step(ctx); err != nil || n != 3 {
+			t.Fatalf("first step = %d jobs, %v; want 3", n, err)
+		}
+		if got := counter.N(); got != 2 {
+			t.Errorf("three jobs read at once took %d round trips, want 2", got)
+		}
+		// Two posts come while the pipeline of the next job is on its
+		// way: it reads their jobs, and the next step runs both in one
+		// round trip.
+		posts = append(posts, mustQueuePost(t, db, author, "the fourth"))
+		var theirs int64
+		db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+			before := counter.N()
+			posts = append(posts, mustQueuePost(t, db, author, "the fifth"), mustQueuePost(t, db, author, "the sixth"))
+			theirs = counter.N() - before
+			return nil
+		}})
 		before := counter.N()
 		if n, err := w.step(ctx); err != nil || n != 1 {
-			t.Fatalf("step %d = %d jobs, %v; want 1", i, n, err)
+			t.Fatalf("second step = %d jobs, %v; want 1", n, err)
 		}
-		got := counter.N() - before
-		t.Logf("job %d took %d round trips", i, got)
-		if want != nil && got != want[i] {
-			t.Errorf("job %d took %d round trips, want %d", i, got, want[i])
+		if got := counter.N() - before - theirs; got != 2 {
+			t.Errorf("the fourth job took %d round trips, want 2 (its read, its pipeline)", got)
+		}
+		if len(w.held) != 2 {
+			t.Fatalf("the worker holds %d jobs, want the two its pipeline read", len(w.held))
+		}
+		before = counter.N()
+		if n, err := w.step(ctx); err != nil || n != 2 {
+			t.Fatalf("third step = %d jobs, %v; want 2", n, err)
+		}
+		if got := counter.N() - before; got != 1 {
+			t.Errorf("the two jobs held took %d round trips, want 1", got)
 		}
 	}
-	for _, id := range []string{first, second, third} {
+	for _, id := range posts {
 		if got := holding(t, db, followers, id); got != len(followers) {
 			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
 		}
@@ -153,6 +182,44 @@ func TestSmallFanOutJobsBackToBack(t *testing.T) {
 	}
 	if pending := mustPending(t, db, author); pending != 0 {
 		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
+
+// TestCarriedJobsRunBeforeAWalk: of the jobs a worker reads at once, those
+// that carry their followers run first, together, and a job that walks
+// them (which may be long) after them, in a step of its own, so that it
+// holds none of them up.
+func TestCarriedJobsRunBeforeAWalk(t *testing.T) {
+	ctx := context.Background()
+	db, followers, walked, w := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers")
+	}
+	author, _, _ := splitPostID(walked)
+	requeueWithoutFollowers(t, db, walked)
+	carried := []string{mustQueuePost(t, db, author, "carried 1"), mustQueuePost(t, db, author, "carried 2")}
+	if n, err := w.step(ctx); err != nil || n != 2 {
+		t.Fatalf("first step = %d jobs, %v; want the 2 carried", n, err)
+	}
+	for _, id := range carried {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if got := holding(t, db, followers, walked); got != 0 {
+		t.Errorf("%d followers hold the walked job's post before its step", got)
+	}
+	if len(w.held) != 1 {
+		t.Fatalf("the worker holds %d jobs, want the walked one", len(w.held))
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("second step = %d jobs, %v; want the walked one", n, err)
+	}
+	if got := holding(t, db, followers, walked); got != len(followers) {
+		t.Errorf("%d of %d followers hold the walked job's post", got, len(followers))
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
 	}
 }
 
@@ -167,12 +234,18 @@ func TestHeldJobReleased(t *testing.T) {
 		t.Skip("a worker reads its next job with the end of the last only on one Redis")
 	}
 	author, _, _ := splitPostID(first)
-	next := mustQueuePost(t, db, author, "the next")
 	w := NewWorker(db, WorkerOptions{ClaimIdle: time.Hour})
 	w.nextClaim = time.Now().Add(time.Hour)
 	for i := range w.ready {
 		w.ready[i] = true
 	}
+	// The next post comes while the first job's pipeline is on its way,
+	// which reads its job.
+	var next string
+	db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+		next = mustQueuePost(t, db, author, "the next")
+		return nil
+	}})
 	if n, err := w.step(ctx); err != nil || n != 1 {
 		t.Fatalf("step = %d jobs, %v; want 1", n, err)
 	}

@@ -68,6 +68,9 @@ type Worker struct {
 	// held are jobs read for this worker in the pipeline that ended its
 	// last job (see run), which its next steps run before it reads more.
 	held []heldJob
+	// nextBatch is when this worker runs its next pipeline of carried
+	// jobs, after one that was not full (see batchEvery).
+	nextBatch time.Time
 }
 
 // heldJob is a job read from a shard's stream and not run yet.
@@ -135,6 +138,11 @@ func (w *Worker) Run(ctx context.Context) error {
 				case <-time.After(w.opts.IdleLook):
 				}
 				waited()
+			} else if wait := time.Until(w.nextBatch); wait > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+				}
 			}
 			continue
 		}
@@ -208,21 +216,17 @@ func (w *Worker) maybeMove(ctx context.Context) (int, error) {
 	return 1, nil
 }
 
-// step runs at most one job, without waiting for one: the job that the end
-// of the last one read for this worker (see readNext), else one of a dead
-// worker (looked for at most every IdleLook), else a new one. One job at a
-// time, so that jobs this worker has not started are not held pending on
-// it while other workers are free. The shards are looked at in turn, from
-// a different one at each step, so that a busy shard does not starve the
+// step runs the next jobs, without waiting for one: those that the end
+// of the last ones read for this worker (see readNext), else one of a dead
+// worker (looked for at most every IdleLook), else new ones, up to
+// readCount. Of the jobs in hand, those that carry their followers run
+// at once, in one pipeline (runCarried); any other runs alone, one a step,
+// after them (see runHeld). The shards are looked at in turn, from a
+// different one at each step, so that a busy shard does not starve the
 // others. It reports how many jobs it ran.
 func (w *Worker) step(ctx context.Context) (int, error) {
 	if len(w.held) > 0 {
-		h := w.held[0]
-		w.held = w.held[1:]
-		if err := w.run(ctx, h.shard, h.msg, false); err != nil {
-			return 0, err
-		}
-		return 1, nil
+		return w.runHeld(ctx)
 	}
 	shards := len(w.ready)
 	first := w.next
@@ -245,8 +249,35 @@ func (w *Worker) step(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
-// stepShard runs at most one job of a shard: with claim, one of a dead
-// worker, else a new one.
+// jobsAtOnce is how many new jobs a worker reads at a time on one Redis.
+// Those that carry their followers (most) run in one pipeline, so that a
+// worker with jobs waiting spends a round trip on up to this many rather
+// than one on each: a round trip costs Redis and the worker about as much
+// as a small job's writes.
+const jobsAtOnce = 16
+
+// readCount is how many new jobs the worker reads at a time: jobsAtOnce
+// on one Redis, and one on a Redis Cluster, whose jobs carry no followers
+// and run one at a time, so that jobs it has not started are not held
+// pending on it while other workers are free.
+func (w *Worker) readCount() int64 {
+	if w.db.onCluster() {
+		return 1
+	}
+	return jobsAtOnce
+}
+
+// batchEvery is how often, at most, a worker runs a pipeline of carried
+// jobs that is not full (jobsAtOnce). While posts come faster than one a
+// round trip, a worker that ran each job as soon as it was queued would
+// run one or two a round trip, and spend on each what a full pipeline
+// shares; waiting this long lets the next pipeline fill. A post that
+// finds its worker idle runs at once; one queued right after another
+// waits at most this long for its fan-out.
+const batchEvery = 5 * time.Millisecond
+
+// stepShard runs jobs of a shard: with claim, one of a dead worker, else
+// new ones, up to readCount, read and run as step says.
 func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, error) {
 	if !w.ready[shard] {
 		ok, err := w.ensureGroup(ctx, shard)
@@ -272,7 +303,7 @@ func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, err
 	} else {
 		streams, err := w.db.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{stream, ">"}, Count: 1,
+			Streams: []string{stream, ">"}, Count: w.readCount(),
 			Block: -1, // no BLOCK argument: answer at once
 		}).Result()
 		switch {
@@ -285,8 +316,14 @@ func (w *Worker) stepShard(ctx context.Context, shard int, claim bool) (int, err
 			return 0, fmt.Errorf("read fan-out jobs: %w", err)
 		}
 		for _, s := range streams {
-			msgs = append(msgs, s.Messages...)
+			for _, m := range s.Messages {
+				w.held = append(w.held, heldJob{shard: shard, msg: m})
+			}
 		}
+		if len(w.held) == 0 {
+			return 0, nil
+		}
+		return w.runHeld(ctx)
 	}
 	for i, m := range msgs {
 		// A job cut short by ctx stays pending, with its cursor saved, for
@@ -561,7 +598,9 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 		// walked the followers: it walks them too (see fanOutCarried).
 		end.followers, end.carried = j.followers, j.carried
 	}
-	defer w.holdNext(w.readNext(ctx, end))
+	var reads *[]*redis.XStreamSliceCmd
+	end.readNext, reads = w.readNext(ctx)
+	defer w.holdNext(reads)
 	switch j.op {
 	case opDeliver:
 		err = w.db.fanOutJob(ctx, j.authorID, j.seq, j.postID, from, w.opts.Batch, save, end)
@@ -580,32 +619,109 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 	return w.finish(ctx, shard, j.id)
 }
 
-// readNext has the pipeline that ends a job (on one Redis, a job of one
-// batch: see fanOutJob) also read this worker's next job, from the shard
-// it looks at first next (as step would), after the job's end: a worker
-// busy with small jobs costs Redis one round trip less per job, and the
-// next job is taken just as the worker is done with this one, when step
-// would take it. It returns the reads that the pipeline sent (go-redis
-// sends it again after Redis lost its scripts), for holdNext.
+// readNext returns a func that has the pipeline that ends jobs (on one
+// Redis: carried jobs, see runCarried, or a job of one batch, see
+// fanOutJob) also read this worker's next jobs, up to readCount, from
+// the shard it looks at first next (as step would), after the jobs' ends:
+// a worker busy with small jobs costs Redis one round trip less, and the
+// next jobs are taken just as the worker is done with these, when step
+// would take them. It also returns the reads that the pipeline sent
+// (go-redis sends it again after Redis lost its scripts), for holdNext.
 //
-// It does not when the worker is stopping, holds a job already, or is due
-// to look for jobs of dead workers (step does that first, so that a busy
-// worker does not put them off).
-func (w *Worker) readNext(ctx context.Context, end *jobEnd) *[]*redis.XStreamSliceCmd {
+// It returns nils when the worker is stopping, holds jobs already, or is
+// due to look for jobs of dead workers (step does that first, so that a
+// busy worker does not put them off).
+func (w *Worker) readNext(ctx context.Context) (func(redis.Pipeliner), *[]*redis.XStreamSliceCmd) {
 	shard := w.next
 	if ctx.Err() != nil || len(w.held) > 0 || !time.Now().Before(w.nextClaim) || !w.ready[shard] {
-		return nil
+		return nil, nil
 	}
 	reads := new([]*redis.XStreamSliceCmd)
-	end.readNext = func(pipe redis.Pipeliner) {
+	return func(pipe redis.Pipeliner) {
 		w.next = (shard + 1) % len(w.ready)
 		*reads = append(*reads, pipe.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: fanOutGroup, Consumer: w.opts.Name,
-			Streams: []string{fanoutStreamKey(shard), ">"}, Count: 1,
+			Streams: []string{fanoutStreamKey(shard), ">"}, Count: w.readCount(),
 			Block: -1,
 		}))
+	}, reads
+}
+
+// runHeld runs the jobs this worker holds (read new, never run): every
+// one that carries its followers at once (runCarried), else the first,
+// alone. A job that does not carry them may be long (a walk of many
+// followers): the carried ones run before it, so that they never wait for
+// it; the other jobs that do not carry them do, one after the other.
+// (Handing them back before a walk, to the next look for jobs of dead
+// workers, would not do: that look takes one job per IdleLook per worker,
+// and where authors with more followers than a job carries post now and
+// then among many small ones, the jobs handed back would pile up.) Jobs
+// of one author may run out of their queued order then, as they do on two
+// workers: a delete job that runs before its post's create job leaves
+// that job to find the post gone and take it off again (doc.go).
+func (w *Worker) runHeld(ctx context.Context) (int, error) {
+	var carried []job
+	rest := w.held[:0]
+	for _, h := range w.held {
+		if j, ok := parseJob(h.shard, h.msg); ok && w.runsCarried(j) {
+			carried = append(carried, j)
+		} else {
+			rest = append(rest, h)
+		}
 	}
-	return reads
+	clear(w.held[len(rest):])
+	w.held = rest
+	if len(carried) > 0 {
+		return w.runCarried(ctx, carried)
+	}
+	h := w.held[0]
+	w.held = w.held[1:]
+	if err := w.run(ctx, h.shard, h.msg, false); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
+
+// runsCarried reports whether j, read new, runs with other such jobs in
+// one pipeline (fanOutCarried): a delivery that carries its followers,
+// no more than a batch, on one Redis, as fanOutJob would run it alone.
+func (w *Worker) runsCarried(j job) bool {
+	return j.op == opDeliver && j.carried && len(j.followers) <= w.opts.Batch && !w.db.onCluster()
+}
+
+// runCarried runs jobs read new that carry their followers, in one
+// pipeline that ends them (fanOutCarried) and may read this worker's next
+// jobs (readNext). It reports how many it finished, and the first error:
+// a job that failed stays pending in the group, for another worker to
+// take over after ClaimIdle, as a job that fails alone does.
+func (w *Worker) runCarried(ctx context.Context, jobs []job) (int, error) {
+	cj := make([]carriedJob, len(jobs))
+	for i, j := range jobs {
+		cj[i] = carriedJob{authorID: j.authorID, seq: j.seq, postID: j.postID,
+			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true}}
+	}
+	if len(jobs) < jobsAtOnce {
+		w.nextBatch = time.Now().Add(batchEvery)
+	}
+	queue, reads := w.readNext(ctx)
+	errs := w.db.fanOutCarried(ctx, cj, queue)
+	w.holdNext(reads)
+	done := 0
+	var first error
+	for i, j := range cj {
+		err := errs[i]
+		if err == nil && !j.end.finished {
+			err = w.finish(ctx, j.end.shard, j.end.id)
+		}
+		if err != nil {
+			if first == nil {
+				first = fmt.Errorf("fan-out job %s (%s %s): %w", j.end.id, opDeliver, j.postID, err)
+			}
+			continue
+		}
+		done++
+	}
+	return done, first
 }
 
 // holdNext keeps the jobs that reads (from readNext) took, for the next
