@@ -2,7 +2,10 @@ package redisdb
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -63,5 +66,92 @@ func TestHubHomeFollowCutShort(t *testing.T) {
 	}
 	if !got && !resync {
 		t.Errorf("post %s, added to the live home timeline by the follow's backfill, never came: neither as POST_ADDED nor as a RESYNC", backfilled.ID)
+	}
+}
+
+// heldRead makes the first command named name whose first key is key wait,
+// once armed, until release is called; entered is closed when it does.
+type heldRead struct {
+	name, key string
+	armed     atomic.Bool
+	entered   chan struct{}
+	gate      chan struct{}
+	once      sync.Once
+}
+
+func (h *heldRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 && cmd.Name() == h.name && args[1] == h.key && h.armed.CompareAndSwap(true, false) {
+			h.once.Do(func() { close(h.entered) })
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heldRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHubHomeUnfollowedPulledPost unfollows a pulled account while the
+// follower's home timeline is live, and has the account post while the
+// home channel reads its routes again on the unfollow's RESYNC, so that
+// the post's message, routed to the home channel before the routes
+// change, is handled after they did: the post, of an account the user no
+// longer follows, must not come live on their home timeline.
+func TestHubHomeUnfollowedPulledPost(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{PullThreshold: 1})
+	h := newTestHub(t, db)
+	bob := mustSignup(t, db, "bob")
+	other := mustSignup(t, db, "other")
+	celeb := mustSignup(t, db, "celeb")
+	mustFollow(t, db, bob.ID, celeb.ID)
+	mustFollow(t, db, other.ID, celeb.ID)
+	mustCreatePost(t, db, celeb.ID, "pulled from now on")
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	routed := mustCreatePost(t, db, celeb.ID, "routed")
+	wantAdded(t, nextEvent(t, events), routed)
+
+	hold := &heldRead{name: "zmscore", key: followingKey(bob.ID), entered: make(chan struct{}), gate: make(chan struct{})}
+	db.client.AddHook(hold)
+	hold.armed.Store(true)
+	defer hold.once.Do(func() {})
+	if err := NewFollowService(db).Unfollow(ctx, bob.ID, celeb.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.entered: // the home channel reads who bob follows among the pulled
+	case <-time.After(eventWait):
+		t.Fatal("the home channel did not read its routes again")
+	}
+	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
+	h.mu.Lock()
+	ch := h.channels[homeChannel(bob.ID)]
+	h.mu.Unlock()
+	for deadline := time.Now().Add(eventWait); ; time.Sleep(time.Millisecond) {
+		ch.boxMu.Lock()
+		n := len(ch.inbox)
+		ch.boxMu.Unlock()
+		if n > 0 {
+			break // the post's message, routed while the read waits
+		} else if time.Now().After(deadline) {
+			t.Fatal("the post's message was not routed to the home channel")
+		}
+	}
+	close(hold.gate)
+
+	own := mustCreatePost(t, db, bob.ID, "bob's own")
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.PostAdded && *ev.PostID == late.ID {
+			t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
+		}
+		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
+			break
+		}
 	}
 }
