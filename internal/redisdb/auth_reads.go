@@ -117,13 +117,23 @@ func (s *sessionReads) read(ctx context.Context, key string, r *sessionRead) err
 	}
 	q.busy = true
 	s.mu.Unlock()
+	// Deferred, so that a read that panics (recovered by the server, as
+	// a request's panic is) does not leave q busy, and every later read
+	// queued behind one that never comes back.
+	defer s.handOn(ctx, q)
 	batch := [1]*sessionRead{r}
 	s.exec(ctx, batch[:])
+	return nil
+}
+
+// handOn ends the read in flight of q: the reads queued meanwhile go out,
+// or the next read goes out on its own.
+func (s *sessionReads) handOn(ctx context.Context, q *readQueue) {
 	s.mu.Lock()
 	if len(q.queue) == 0 {
 		q.busy = false
 		s.mu.Unlock()
-		return nil
+		return
 	}
 	s.mu.Unlock()
 	// The queued reads go out from a goroutine of their own, so that this
@@ -132,7 +142,6 @@ func (s *sessionReads) read(ctx context.Context, key string, r *sessionRead) err
 	// but not its end: one request's client going away must not fail the
 	// reads of the others.
 	go s.drain(context.WithoutCancel(ctx), q)
-	return nil
 }
 
 // drain sends q in batches until it is empty, then lets the next read go

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,5 +258,53 @@ func TestAuthenticateQueuesPerMaster(t *testing.T) {
 			t.Error(err)
 		}
 		return
+	}
+}
+
+// panicOnce is a hook whose first pipeline after arming panics, as a bug
+// in the client or a hook would: net/http and gqlgen recover a request's
+// panic and the server goes on.
+type panicOnce struct{ armed atomic.Bool }
+
+func (p *panicOnce) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *panicOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *panicOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if p.armed.CompareAndSwap(true, false) {
+			panic("pipeline panicked")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAuthenticateAfterPanic checks that a session read that panics on its
+// way (its request's panic is recovered, as the HTTP server does) does not
+// leave its Redis's queue marked busy: the requests after it are answered
+// rather than queued behind a read that never comes back.
+func TestAuthenticateAfterPanic(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := &panicOnce{}
+	db.client.AddHook(hook)
+	hook.armed.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the read did not panic")
+			}
+		}()
+		auth.Authenticate(ctx, p.Token)
+	}()
+	// Bounded, so that a read queued behind the lost one fails the test
+	// rather than hanging it.
+	bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if u, _, err := auth.Authenticate(bounded, p.Token); err != nil || *u != *p.User {
+		t.Errorf("Authenticate after a read panicked = %+v, %v; want %+v", u, err, p.User)
 	}
 }

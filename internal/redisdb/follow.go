@@ -72,22 +72,36 @@ return {1, ARGV[2]}
 // entry are skipped, so that a repeated follow does not churn a full
 // timeline.
 //
+// A change to the timeline is announced with a RESYNC in the same step: a
+// live home channel dispatches the posts that messages announce without
+// reading the timeline (hubChannel.added), so a post added here and
+// announced in a later step that fails, or never comes (the process died,
+// and the follow repeated to repair it adds nothing), would never come
+// live.
+//
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
 // ARGV[1] -> followee id
 // ARGV[2] -> home timeline cap
-// ARGV[3..] -> post seq, post id, post seq, post id, …
+// ARGV[3] -> the home channel
+// ARGV[4..] -> post seq, post id, post seq, post id, …
 //
 // Returns {added, newest}: how many posts were added (or, if the followee
 // is no longer followed, -1 minus how many were taken off) and the newest
 // seq in the home timeline (0 if empty).
-var backfillScript = redis.NewScript(addCappedLua + unbackfillLua + `
+var backfillScript = newPubScript(addCappedLua + unbackfillLua + `
 local function newest()
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	return top[2] or 0
 end
+local function announce(changed)
+	if changed > 0 then
+		redis.call('PUBLISH', ARGV[3], 'S ' .. newest())
+	end
+end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 	local removed = removeAuthor(KEYS[1], ARGV[1])
+	announce(removed)
 	return {-1 - removed, newest()}
 end
 local cap = tonumber(ARGV[2])
@@ -96,13 +110,14 @@ if redis.call('ZCARD', KEYS[1]) >= cap then
 	floor = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 end
 local entries = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
 	if not floor or tonumber(ARGV[i]) > floor then
 		entries[#entries + 1] = ARGV[i]
 		entries[#entries + 1] = ARGV[i + 1]
 	end
 end
 local added = addAllCapped(KEYS[1], cap, entries)
+announce(added)
 return {added, newest()}
 `)
 
@@ -247,9 +262,12 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	if err != nil {
 		return err
 	}
-	// added < -1: an unfollow came last, and posts of the followee
-	// were taken off the timeline (see backfillScript).
-	if status == 1 || added > 0 || added < -1 {
+	// The backfill announced what it changed (added > 0, or added < -1:
+	// an unfollow came last, and posts of the followee were taken off the
+	// timeline; see backfillScript). A new follow that changed nothing
+	// there still tells the live home timeline, which reads its pulled
+	// accounts again on a RESYNC: the followee may be one.
+	if status == 1 && added <= 0 && added >= -1 {
 		s.publishResync(ctx, followerID, newest)
 	}
 	return s.db.awaitReplicas(ctx, append(written, followingKey(followerID))...)
@@ -377,12 +395,12 @@ func (s *FollowService) backfill(ctx context.Context, followerID, followeeID str
 			posts = append(posts, redis.Z{Score: float64(p.Seq), Member: p.ID})
 		}
 	}
-	args := make([]any, 0, 2+2*len(posts))
-	args = append(args, followeeID, s.db.opts.HomeCap)
+	args := make([]any, 0, 3+2*len(posts))
+	args = append(args, followeeID, s.db.opts.HomeCap, homeChannel(followerID))
 	for _, p := range posts {
 		args = append(args, strconv.FormatFloat(p.Score, 'f', -1, 64), p.Member)
 	}
-	res, err := backfillScript.Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)}, args...).Slice()
+	res, err := s.db.pub(backfillScript).Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)}, args...).Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("follow %s -> %s: copy posts to home timeline: %w", followerID, followeeID, err)
 	}

@@ -304,7 +304,7 @@ func (h *Hub) read(c *hubConn, msgs <-chan any) {
 				ch.post(m.Payload)
 			}
 			for ch := range h.routes[m.Channel] {
-				ch.post(m.Payload)
+				ch.post(routedPrefix + m.Payload)
 			}
 			h.mu.Unlock()
 		}

@@ -253,6 +253,7 @@ func (ch *hubChannel) receive(payload string) {
 		ch.start(true)
 		return
 	}
+	payload, routed := strings.CutPrefix(payload, routedPrefix)
 	switch payload {
 	case wakeMessage:
 		ch.pull()
@@ -277,7 +278,7 @@ func (ch *hubChannel) receive(payload string) {
 		h.db.log.Warn("malformed timeline message", "channel", ch.name, "message", payload)
 		return
 	}
-	ch.handle(ev)
+	ch.handle(ev, routed)
 }
 
 // start reads the newest seq of the timeline: live events begin after it.
@@ -342,12 +343,18 @@ func (ch *hubChannel) start(resync bool) {
 	}
 }
 
-// handle dispatches the events that one channel message stands for.
-func (ch *hubChannel) handle(ev channelEvent) {
+// handle dispatches the events that one channel message stands for;
+// routed says it came from a pulled account's channel (see Hub.addRoute).
+//
+// A routed post is read from the merged timeline, never dispatched as
+// announced: its message may have been routed before an unfollow's RESYNC
+// took the route away, and be handled after it, when the home channel no
+// longer merges the account, whose post must then not come.
+func (ch *hubChannel) handle(ev channelEvent, routed bool) {
 	switch ev.op {
 	case opAdded:
 		switch {
-		case ev.seq > ch.last && ch.feed.Kind == warble.FeedHome && len(ch.pulled) == 0:
+		case ev.seq > ch.last && !routed && ch.feed.Kind == warble.FeedHome && len(ch.pulled) == 0:
 			ch.added(ev)
 		case ev.seq > ch.last:
 			ch.pull()
@@ -508,6 +515,12 @@ return top[2] or '0'
 // They are not events: every hub ignores the markers it did not publish,
 // and decodeEvent would reject them.
 const markerPrefix = "M "
+
+// routedPrefix begins a message that a home channel's inbox got from the
+// channel of a pulled account it routes (see Hub.addRoute), before the
+// message as published. Nothing published begins with it: decodeEvent
+// would reject it.
+const routedPrefix = "via "
 
 // Messages that the hub puts in a home channel's inbox itself. Nothing
 // published looks like them: decodeEvent rejects both.

@@ -1,0 +1,157 @@
+package redisdb
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// TestHubHomeFollowCutShort leaves a follow after its backfill, before its
+// RESYNC, as a crash (or a PUBLISH that failed, which Follow only logs)
+// would, and repairs it by following again, with the follower's home
+// timeline live: the followee's post that the backfill added, newer than
+// anything the live channel had dispatched, must reach the subscriber, as
+// a POST_ADDED in order or a RESYNC, by the time a later post arrives.
+func TestHubHomeFollowCutShort(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	follows := NewFollowService(db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	cat := mustSignup(t, db, "cat")
+	mustFollow(t, db, bob.ID, cat.ID)
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	first := mustCreatePost(t, db, cat.ID, "first")
+	wantAdded(t, nextEvent(t, events), first)
+	backfilled := mustCreatePost(t, db, ada.ID, "backfilled") // bob does not follow ada yet
+
+	// Follow's steps up to its backfill, and no further.
+	at := msString(db.now())
+	if err := db.client.ZAdd(ctx, followingKey(bob.ID), redis.Z{Score: parseReplyScore(at), Member: ada.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, true, at); err != nil {
+		t.Fatal(err)
+	}
+	if added, _, err := follows.backfill(ctx, bob.ID, ada.ID); err != nil || added != 1 {
+		t.Fatalf("backfill = %d, %v; want 1 post added", added, err)
+	}
+	// The user follows again, which repairs a follow cut short.
+	mustFollow(t, db, bob.ID, ada.ID)
+
+	last := mustCreatePost(t, db, cat.ID, "last")
+	var got, resync bool
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			resync = true
+			continue
+		}
+		if ev.Kind != warble.PostAdded {
+			t.Fatalf("got %s", ev.Kind)
+		}
+		if *ev.PostID == backfilled.ID {
+			got = true
+		}
+		if *ev.PostID == last.ID {
+			break
+		}
+	}
+	if !got && !resync {
+		t.Errorf("post %s, added to the live home timeline by the follow's backfill, never came: neither as POST_ADDED nor as a RESYNC", backfilled.ID)
+	}
+}
+
+// heldRead makes the first command named name whose first key is key wait,
+// once armed, until release is called; entered is closed when it does.
+type heldRead struct {
+	name, key string
+	armed     atomic.Bool
+	entered   chan struct{}
+	gate      chan struct{}
+	once      sync.Once
+}
+
+func (h *heldRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *heldRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 && cmd.Name() == h.name && args[1] == h.key && h.armed.CompareAndSwap(true, false) {
+			h.once.Do(func() { close(h.entered) })
+			<-h.gate
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *heldRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestHubHomeUnfollowedPulledPost unfollows a pulled account while the
+// follower's home timeline is live, and has the account post while the
+// home channel reads its routes again on the unfollow's RESYNC, so that
+// the post's message, routed to the home channel before the routes
+// change, is handled after they did: the post, of an account the user no
+// longer follows, must not come live on their home timeline.
+func TestHubHomeUnfollowedPulledPost(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{PullThreshold: 1})
+	h := newTestHub(t, db)
+	bob := mustSignup(t, db, "bob")
+	other := mustSignup(t, db, "other")
+	celeb := mustSignup(t, db, "celeb")
+	mustFollow(t, db, bob.ID, celeb.ID)
+	mustFollow(t, db, other.ID, celeb.ID)
+	mustCreatePost(t, db, celeb.ID, "pulled from now on")
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	routed := mustCreatePost(t, db, celeb.ID, "routed")
+	wantAdded(t, nextEvent(t, events), routed)
+
+	hold := &heldRead{name: "zmscore", key: followingKey(bob.ID), entered: make(chan struct{}), gate: make(chan struct{})}
+	db.client.AddHook(hold)
+	hold.armed.Store(true)
+	defer hold.once.Do(func() {})
+	if err := NewFollowService(db).Unfollow(ctx, bob.ID, celeb.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hold.entered: // the home channel reads who bob follows among the pulled
+	case <-time.After(eventWait):
+		t.Fatal("the home channel did not read its routes again")
+	}
+	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
+	h.mu.Lock()
+	ch := h.channels[homeChannel(bob.ID)]
+	h.mu.Unlock()
+	for deadline := time.Now().Add(eventWait); ; time.Sleep(time.Millisecond) {
+		ch.boxMu.Lock()
+		n := len(ch.inbox)
+		ch.boxMu.Unlock()
+		if n > 0 {
+			break // the post's message, routed while the read waits
+		} else if time.Now().After(deadline) {
+			t.Fatal("the post's message was not routed to the home channel")
+		}
+	}
+	close(hold.gate)
+
+	own := mustCreatePost(t, db, bob.ID, "bob's own")
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.PostAdded && *ev.PostID == late.ID {
+			t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
+		}
+		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
+			break
+		}
+	}
+}
