@@ -96,10 +96,7 @@ func TestAuthenticateSharesRoundTrips(t *testing.T) {
 	var tokens []string
 	var users []*warble.User
 	for i := 0; len(users) < 6; i++ {
-		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustSignupSession(t, auth, fmt.Sprintf("user%d", i))
 		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
 			continue
 		}
@@ -168,10 +165,7 @@ func TestAuthenticateQueuedGivesUp(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	auth := NewAuthService(db)
-	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustSignupSession(t, auth, "ada")
 	held := holdReads(auth)
 	results := make(chan authResult, 2)
 	auth1 := func(ctx context.Context) {
@@ -227,10 +221,7 @@ func TestAuthenticateQueuesPerMaster(t *testing.T) {
 	auth := NewAuthService(db)
 	var first *warble.AuthPayload
 	for i := 0; ; i++ {
-		p, err := auth.Signup(ctx, warble.SignupInput{Username: fmt.Sprintf("user%d", i), Password: "password123"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := mustSignupSession(t, auth, fmt.Sprintf("user%d", i))
 		if first == nil {
 			first = p
 			continue
@@ -285,10 +276,7 @@ func TestAuthenticateAfterPanic(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	auth := NewAuthService(db)
-	p, err := auth.Signup(ctx, warble.SignupInput{Username: "ada", Password: "password123"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustSignupSession(t, auth, "ada")
 	hook := &panicOnce{}
 	db.client.AddHook(hook)
 	hook.armed.Store(true)

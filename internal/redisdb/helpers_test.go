@@ -11,11 +11,18 @@ import (
 // mustSignup creates a user with the password "password123" and returns it.
 func mustSignup(tb testing.TB, db *DB, username string) *warble.User {
 	tb.Helper()
-	p, err := NewAuthService(db).Signup(context.Background(), warble.SignupInput{Username: username, Password: "password123"})
+	return mustSignupSession(tb, NewAuthService(db), username).User
+}
+
+// mustSignupSession signs up a user with the password "password123"
+// through auth, and returns the user with the session's token.
+func mustSignupSession(tb testing.TB, auth *AuthService, username string) *warble.AuthPayload {
+	tb.Helper()
+	p, err := auth.Signup(context.Background(), warble.SignupInput{Username: username, Password: "password123"})
 	if err != nil {
 		tb.Fatalf("Signup(%q): %v", username, err)
 	}
-	return p.User
+	return p
 }
 
 // snapshot returns what Redis holds, for assertUnchanged.
