@@ -319,7 +319,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 				}
 				if m.dst == &creates {
 					drains = append(drains, d)
-					done = append(done, float64(r.n)/(r.took+d).Seconds())
+					done = append(done, r.rate*r.took.Seconds()/(r.took+d).Seconds())
 				}
 			}
 		}
@@ -416,7 +416,6 @@ func postData(ctx context.Context, hc *http.Client, endpoint, token, query strin
 // result is one throughput run.
 type result struct {
 	rate              float64       // requests per second
-	n                 int           // requests answered
 	took              time.Duration // the run's wall time
 	p50, p99          time.Duration
 	redisCPU, toolCPU float64 // how busy Redis's main thread and the tool were, in CPUs; -1 if not known
@@ -457,7 +456,7 @@ func measure(ctx context.Context, concurrency int, d time.Duration, fn func(cont
 	}
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	return result{rate: float64(len(all)) / elapsed.Seconds(), n: len(all), took: elapsed, p50: pct(0.50), p99: pct(0.99)}, nil
+	return result{rate: float64(len(all)) / elapsed.Seconds(), took: elapsed, p50: pct(0.50), p99: pct(0.99)}, nil
 }
 
 // median takes the median of each field of rs on its own.
