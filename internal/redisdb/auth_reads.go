@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -163,7 +164,7 @@ func (s *sessionReads) drain(ctx context.Context, q *readQueue) {
 			q.queue, q.spare = q.spare[:0], nil
 		}
 		s.mu.Unlock()
-		s.exec(ctx, batch)
+		s.execQueued(ctx, batch)
 		for _, r := range batch {
 			close(r.done)
 		}
@@ -172,6 +173,24 @@ func (s *sessionReads) drain(ctx context.Context, q *readQueue) {
 		q.spare = batch[:0]
 		s.mu.Unlock()
 	}
+}
+
+// execQueued sends a batch of queued reads (see exec). A panic on the
+// way would be drain's, where no request's recover catches it, and would
+// end the process: it fails the batch's reads instead, as an error of the
+// pipeline would (their requests answer an internal error, and the server
+// logs the panic with it), and drain goes on with the queue.
+func (s *sessionReads) execQueued(ctx context.Context, batch []*sessionRead) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("session reads panicked: %v", p)
+			for _, r := range batch {
+				r.left.SetErr(err)
+				r.fields.SetErr(err)
+			}
+		}
+	}()
+	s.exec(ctx, batch)
 }
 
 // exec sends one batch's commands in one pipeline. An error of the whole
