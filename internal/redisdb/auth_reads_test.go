@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -351,5 +352,56 @@ func TestAuthenticateAfterBatchPanics(t *testing.T) {
 	}
 	if got, want := held.batches(), []int{1, 2, 1}; !slices.Equal(got, want) {
 		t.Errorf("batches of %v reads, want %v: the last read did not go out alone", got, want)
+	}
+}
+
+// TestAuthenticateForgetsGoneMasters fails over the master of a user's
+// keys, as an operator does with CLUSTER FAILOVER, and checks that the
+// session reads keep no queue of the address that no longer serves them:
+// on a cluster whose masters change, queues of gone addresses would pile
+// up for as long as the process runs.
+func TestAuthenticateForgetsGoneMasters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of 6 nodes and fails one over")
+	}
+	requireClusterable(t)
+	ctx := context.Background()
+	c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	db := newClusterDB(t, c, Options{})
+	auth := NewAuthService(db)
+	p := mustSignupSession(t, auth, "ada")
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	gone := masterOf(t, auth, p.User.ID)
+	master, err := c.NodeOf(ctx, userKey(p.User.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := c.ReplicaOf(ctx, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Client(t).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Signed-in requests go on through the failover; the client finds the
+	// new master on the way.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, _, err := auth.Authenticate(ctx, p.Token)
+		if err == nil && masterOf(t, auth, p.User.ID) != gone {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the user's keys are still served by %s (last error %v)", gone, err)
+		}
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	auth.reads.mu.Lock()
+	addrs := slices.Sorted(maps.Keys(auth.reads.queues))
+	auth.reads.mu.Unlock()
+	if want := []string{masterOf(t, auth, p.User.ID)}; !slices.Equal(addrs, want) {
+		t.Errorf("queues of %v after %s failed over, want %v", addrs, gone, want)
 	}
 }
