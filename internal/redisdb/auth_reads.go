@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -45,6 +46,7 @@ type sessionReads struct {
 // readQueue is the reads for one Redis server; its fields are guarded by
 // sessionReads.mu.
 type readQueue struct {
+	key   string         // on a cluster, the key of the read it was made for
 	busy  bool           // a read is in flight, so new ones queue
 	queue []*sessionRead // reads waiting for the next batch
 	spare []*sessionRead // the last batch's slice, reused
@@ -64,15 +66,31 @@ func newSessionReads(client redis.UniversalClient) *sessionReads {
 	return &sessionReads{client: client, cluster: cc, queues: make(map[string]*readQueue)}
 }
 
-// queueOf returns the queue of the Redis at addr (see masterOf).
-// s.mu must be held.
-func (s *sessionReads) queueOf(addr string) *readQueue {
+// queueOf returns the queue of the Redis at addr, which serves key (see
+// masterOf). s.mu must be held.
+//
+// A cluster's masters change (a failover, a resharding, a cluster scaled),
+// so when an address gets a queue (once per master, and again only after
+// the masters changed; no other read pays for this), the queues of
+// addresses that no longer serve the key they were made for are dropped:
+// the map never holds more queues than the cluster had masters when an
+// address last got one. A queue dropped while a read is in flight is
+// still that read's, and its queued reads go out through it; a later read
+// of its address, if that is still a master, makes a new one.
+func (s *sessionReads) queueOf(ctx context.Context, addr, key string) *readQueue {
 	if s.cluster == nil {
 		return &s.one
 	}
 	q := s.queues[addr]
 	if q == nil {
-		q = &readQueue{}
+		for a, old := range s.queues {
+			// The client's map of the slots, in memory: the read
+			// that got here has just read it.
+			if m, ok := s.masterOf(ctx, old.key); !ok || m != a {
+				delete(s.queues, a)
+			}
+		}
+		q = &readQueue{key: key}
 		s.queues[addr] = q
 	}
 	return q
@@ -103,7 +121,7 @@ func (s *sessionReads) read(ctx context.Context, key string, r *sessionRead) err
 		return nil
 	}
 	s.mu.Lock()
-	q := s.queueOf(addr)
+	q := s.queueOf(ctx, addr, key)
 	if q.busy {
 		r.done = make(chan struct{})
 		q.queue = append(q.queue, r)
@@ -163,7 +181,7 @@ func (s *sessionReads) drain(ctx context.Context, q *readQueue) {
 			q.queue, q.spare = q.spare[:0], nil
 		}
 		s.mu.Unlock()
-		s.exec(ctx, batch)
+		s.execQueued(ctx, batch)
 		for _, r := range batch {
 			close(r.done)
 		}
@@ -172,6 +190,24 @@ func (s *sessionReads) drain(ctx context.Context, q *readQueue) {
 		q.spare = batch[:0]
 		s.mu.Unlock()
 	}
+}
+
+// execQueued sends a batch of queued reads (see exec). A panic on the
+// way would be drain's, where no request's recover catches it, and would
+// end the process: it fails the batch's reads instead, as an error of the
+// pipeline would (their requests answer an internal error, and the server
+// logs the panic with it), and drain goes on with the queue.
+func (s *sessionReads) execQueued(ctx context.Context, batch []*sessionRead) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("session reads panicked: %v", p)
+			for _, r := range batch {
+				r.left.SetErr(err)
+				r.fields.SetErr(err)
+			}
+		}
+	}()
+	s.exec(ctx, batch)
 }
 
 // exec sends one batch's commands in one pipeline. An error of the whole

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -294,5 +295,113 @@ func TestAuthenticateAfterPanic(t *testing.T) {
 	defer cancel()
 	if u, _, err := auth.Authenticate(bounded, p.Token); err != nil || *u != *p.User {
 		t.Errorf("Authenticate after a read panicked = %+v, %v; want %+v", u, err, p.User)
+	}
+}
+
+// TestAuthenticateAfterBatchPanics checks that a batch of queued session
+// reads that panics on its way, in the goroutine that sends the queued
+// reads, where no request's recover catches it, does not take the process
+// down: that batch's requests fail with an internal error, and the queue
+// serves the requests after it.
+func TestAuthenticateAfterBatchPanics(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	p := mustSignupSession(t, auth, "ada")
+	hook := &panicOnce{}
+	db.client.AddHook(hook)
+	held := holdReads(auth)
+	// The held read's pipeline goes through; the next one, the queued
+	// reads' batch, panics.
+	hold := auth.reads.batchN
+	auth.reads.batchN = func(n int) {
+		hold(n)
+		if len(held.batches()) == 2 {
+			hook.armed.Store(true)
+		}
+	}
+	results := make(chan authResult, 3)
+	for i := range 3 {
+		go func() {
+			u, _, err := auth.Authenticate(ctx, p.Token)
+			results <- authResult{u, err}
+		}()
+		held.waitQueued(t, i)
+	}
+	held.release()
+	var failed int
+	for range 3 {
+		r := <-results
+		switch {
+		case r.err == nil && *r.user == *p.User:
+		case r.err != nil && warble.ErrorCode(r.err) == warble.EINTERNAL:
+			failed++
+		default:
+			t.Errorf("Authenticate = %+v, %v; want %+v, or an internal error for the batch that panicked", r.user, r.err, p.User)
+		}
+	}
+	if failed != 2 {
+		t.Errorf("%d requests failed, want the 2 of the batch that panicked", failed)
+	}
+	// Bounded, so that a read queued behind a batch that never ended
+	// fails the test rather than hanging it.
+	bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if u, _, err := auth.Authenticate(bounded, p.Token); err != nil || *u != *p.User {
+		t.Errorf("Authenticate after a batch panicked = %+v, %v; want %+v", u, err, p.User)
+	}
+	if got, want := held.batches(), []int{1, 2, 1}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v reads, want %v: the last read did not go out alone", got, want)
+	}
+}
+
+// TestAuthenticateForgetsGoneMasters fails over the master of a user's
+// keys, as an operator does with CLUSTER FAILOVER, and checks that the
+// session reads keep no queue of the address that no longer serves them:
+// on a cluster whose masters change, queues of gone addresses would pile
+// up for as long as the process runs.
+func TestAuthenticateForgetsGoneMasters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster of 6 nodes and fails one over")
+	}
+	requireClusterable(t)
+	ctx := context.Background()
+	c := redistest.NewCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: 1, NodeTimeout: time.Second})
+	db := newClusterDB(t, c, Options{})
+	auth := NewAuthService(db)
+	p := mustSignupSession(t, auth, "ada")
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	gone := masterOf(t, auth, p.User.ID)
+	master, err := c.NodeOf(ctx, userKey(p.User.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := c.ReplicaOf(ctx, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Client(t).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Signed-in requests go on through the failover; the client finds the
+	// new master on the way.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, _, err := auth.Authenticate(ctx, p.Token)
+		if err == nil && masterOf(t, auth, p.User.ID) != gone {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the user's keys are still served by %s (last error %v)", gone, err)
+		}
+	}
+	if _, _, err := auth.Authenticate(ctx, p.Token); err != nil {
+		t.Fatal(err)
+	}
+	auth.reads.mu.Lock()
+	addrs := slices.Sorted(maps.Keys(auth.reads.queues))
+	auth.reads.mu.Unlock()
+	if want := []string{masterOf(t, auth, p.User.ID)}; !slices.Equal(addrs, want) {
+		t.Errorf("queues of %v after %s failed over, want %v", addrs, gone, want)
 	}
 }

@@ -129,16 +129,28 @@ return {added, newest()}
 // followee's posts set: that set no longer holds the posts that moved to
 // the archive, whose ids home timelines keep.
 //
+// Posts taken off are announced with a RESYNC in the same step, as
+// backfillScript announces its change: one announced in a later step that
+// fails, or never comes (the process died, and the unfollow repeated to
+// repair it takes nothing off), would leave them on the screens of the
+// follower's live home timelines.
+//
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
 // ARGV[1] -> followee id
+// ARGV[2] -> the home channel
 //
 // Returns how many posts were removed, or -1 if the followee is followed.
-var unbackfillScript = redis.NewScript(unbackfillLua + `
+var unbackfillScript = newPubScript(unbackfillLua + `
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 	return -1
 end
-return removeAuthor(KEYS[1], ARGV[1])
+local removed = removeAuthor(KEYS[1], ARGV[1])
+if removed > 0 then
+	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+	redis.call('PUBLISH', ARGV[2], 'S ' .. (top[2] or 0))
+end
+return removed
 `)
 
 // unbackfillLua defines removeAuthor(home, author), which takes every post
@@ -276,7 +288,7 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 // Unfollow implements warble.FollowService. It undoes Follow's steps in
 // reverse: the following set first, so that fan-out stops delivering the
 // followee's new posts, then the followers set, then the followee's posts
-// in the home timeline, then a RESYNC.
+// in the home timeline with a RESYNC.
 func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID string) error {
 	if err := s.checkPair(ctx, followerID, followeeID,
 		warble.Errorf(warble.EINVALID, "You cannot unfollow yourself.")); err != nil {
@@ -299,7 +311,11 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 	if err != nil {
 		return err
 	}
-	if removedFollow > 0 || removedPosts > 0 {
+	// The posts taken off were announced in the step that took them (see
+	// unbackfillScript). An unfollow that took none still tells the live
+	// home timeline, which reads its pulled accounts again on a RESYNC:
+	// the followee may be one.
+	if removedFollow > 0 && removedPosts == 0 {
 		newest, err := s.newestInHome(ctx, followerID)
 		if err != nil {
 			return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
@@ -408,10 +424,12 @@ func (s *FollowService) backfill(ctx context.Context, followerID, followeeID str
 	return added, int64(parseReplyScore(replyString(res[1]))), nil
 }
 
-// unbackfill removes the followee's posts from the follower's home timeline
-// in one step (see unbackfillScript). It returns how many were removed.
+// unbackfill removes the followee's posts from the follower's home timeline,
+// and announces it, in one step (see unbackfillScript). It returns how many
+// were removed.
 func (s *FollowService) unbackfill(ctx context.Context, followerID, followeeID string) (int64, error) {
-	n, err := unbackfillScript.Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)}, followeeID).Int64()
+	n, err := s.db.pub(unbackfillScript).Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)},
+		followeeID, homeChannel(followerID)).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("unfollow %s -> %s: remove posts from home timeline: %w", followerID, followeeID, err)
 	}

@@ -69,6 +69,61 @@ func TestHubHomeFollowCutShort(t *testing.T) {
 	}
 }
 
+// TestHubHomeUnfollowCutShort leaves an unfollow after it took the
+// followee's posts off the follower's home timeline, before its RESYNC, as
+// a crash (or a PUBLISH that failed, which Unfollow only logs) would, and
+// repairs it by unfollowing again, with the follower's home timeline live:
+// the subscriber, who got the followee's post live, must hear that it is
+// gone, by a RESYNC, by the time a later post arrives.
+func TestHubHomeUnfollowCutShort(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	follows := NewFollowService(db)
+	ada := mustSignup(t, db, "ada")
+	bob := mustSignup(t, db, "bob")
+	cat := mustSignup(t, db, "cat")
+	mustFollow(t, db, bob.ID, ada.ID)
+	mustFollow(t, db, bob.ID, cat.ID)
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	removed := mustCreatePost(t, db, ada.ID, "taken off by the unfollow")
+	wantAdded(t, nextEvent(t, events), removed)
+
+	// Unfollow's steps up to taking ada's posts off, and no further.
+	if err := db.client.ZRem(ctx, followingKey(bob.ID), ada.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := follows.unbackfill(ctx, bob.ID, ada.ID); err != nil || n != 1 {
+		t.Fatalf("unbackfill = %d, %v; want 1 post taken off", n, err)
+	}
+	// The user unfollows again, which repairs an unfollow cut short.
+	if err := follows.Unfollow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	last := mustCreatePost(t, db, cat.ID, "last")
+	var resync bool
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.Resync {
+			resync = true
+			continue
+		}
+		if ev.Kind != warble.PostAdded {
+			t.Fatalf("got %s", ev.Kind)
+		}
+		if *ev.PostID == last.ID {
+			break
+		}
+	}
+	if !resync {
+		t.Errorf("post %s, taken off the live home timeline by the unfollow, stays on the subscriber's screen: no RESYNC came", removed.ID)
+	}
+}
+
 // heldRead makes the first command named name whose first key is key wait,
 // once armed, until release is called; entered is closed when it does.
 type heldRead struct {

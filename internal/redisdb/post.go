@@ -222,7 +222,14 @@ return 1 + noted
 // An error from CreatePost therefore means that the post was not stored
 // (or, for an error of the connection itself, that it may have been:
 // Redis's answer was lost). Without AsyncFanOut, CreatePost delivers to the
-// global timeline and the followers itself before it answers.
+// global timeline and the followers itself before it answers, and a
+// delivery that fails part-way is logged, and the post still answered as
+// created: it is stored, on its author's timelines, and an error would have
+// the client post it again, a second post. What was not delivered stays
+// so: no job was recorded in the step that stored the post, and one queued
+// after the failure could fail as the delivery did. That promise is what
+// AsyncFanOut adds, and why the server always sets it; without it is for
+// tests and tools (see Options.AsyncFanOut).
 func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*warble.Post, error) {
 	ctx = s.db.noteWrites(ctx) // see awaitReplicas
 	if !warble.ValidUserID(authorID) {
@@ -272,7 +279,8 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	// request, and nothing may be cut short by a client that hangs up.
 	ctx = context.WithoutCancel(ctx)
 	if !s.db.opts.AsyncFanOut {
-		// The fan-out's writes are not waited for.
+		// The fan-out's writes are not waited for, and its failure fails
+		// nothing (see above).
 		if err := s.db.fanOut(skipNotes(ctx), authorID, seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
 			s.db.log.ErrorContext(ctx, "fan out post", "post", p.ID, "err", err)
 		}
