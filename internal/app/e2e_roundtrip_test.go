@@ -146,6 +146,17 @@ func TestHomePageRoundTrips(t *testing.T) {
 		}
 		after = *out.HomeTimeline.PageInfo.EndCursor
 	}
+
+	// The page's size in a variable, the field in a fragment, under an
+	// alias: the same two.
+	const fragment = `query($n: Int) { ...Home } fragment Home on Query { mine: homeTimeline(first: $n) {
+		edges { node { id author { username } } } } }`
+	before := counter.N()
+	var out struct{ Mine timelinePage }
+	s.mustQuery(t, viewer.Token, fragment, map[string]any{"n": 7}, &out)
+	if n := counter.N() - before; n != 2 || len(out.Mine.Edges) != 7 {
+		t.Errorf("home page in a fragment: %d round trips and %d posts, want 2 and 7", n, len(out.Mine.Edges))
+	}
 }
 
 // commandNames is a go-redis hook that records the names of the commands
