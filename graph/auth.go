@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/warble/warble/internal/warble"
@@ -22,63 +23,123 @@ type SessionWatcher interface {
 }
 
 type (
-	authErrorKey     struct{}
+	authHeaderKey    struct{}
 	upgradeHeaderKey struct{}
 )
 
-// AuthMiddleware reads the bearer token of HTTP requests and puts its user
-// and session in the request context. A request without Authorization is
-// anonymous; one with a bad or revoked token fails as UNAUTHENTICATED
-// instead of running signed out (see authInterceptor).
+// AuthMiddleware keeps the Authorization header of HTTP requests for
+// authOperation, which authenticates the request's operation once it is
+// parsed: knowing the operation, it can read a home page's timeline in
+// the session's round trip. A request without Authorization is anonymous;
+// one with a bad or revoked token fails as UNAUTHENTICATED instead of
+// running signed out.
 //
-// A websocket handshake is not authenticated here: its Authorization header
-// is kept for websocketInit, which authenticates every websocket the same
-// way, whichever way its token came, so that each one is closed when its
-// session is revoked or expires.
-func AuthMiddleware(auth warble.AuthService, next http.Handler) http.Handler {
+// A websocket handshake is not authenticated there: its Authorization
+// header is kept for websocketInit, which authenticates every websocket the
+// same way, whichever way its token came, so that each one is closed when
+// its session is revoked or expires.
+func AuthMiddleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		header := r.Header.Get("Authorization")
 		if header == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
+		key := any(authHeaderKey{})
 		if r.Header.Get("Upgrade") != "" {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), upgradeHeaderKey{}, header)))
-			return
+			key = upgradeHeaderKey{}
 		}
-		ctx, err := authenticate(r.Context(), auth, header)
-		if err != nil {
-			ctx = context.WithValue(r.Context(), authErrorKey{}, err)
-		}
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), key, header)))
 	})
 }
 
 // authenticate checks an Authorization value ("Bearer <token>") and returns
-// ctx with the user and session.
-func authenticate(ctx context.Context, auth warble.AuthService, header string) (context.Context, error) {
+// ctx with the user and session. With home set, it asks for the viewer's
+// home page to be read with the session (see AuthenticateForHome).
+func authenticate(ctx context.Context, auth warble.AuthService, header string, home *warble.PageArgs) (context.Context, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return ctx, warble.Errorf(warble.EUNAUTHENTICATED, `Authorization must be "Bearer <token>".`)
 	}
-	u, s, err := auth.Authenticate(ctx, strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	var u *warble.User
+	var s *warble.Session
+	var err error
+	if home != nil {
+		ctx, u, s, err = auth.AuthenticateForHome(ctx, token, *home)
+	} else {
+		u, s, err = auth.Authenticate(ctx, token)
+	}
 	if err != nil {
 		return ctx, err
 	}
 	return warble.NewContextWithSession(warble.NewContextWithUser(ctx, u), s), nil
 }
 
-// authInterceptor answers every operation of a request whose token failed
-// with that error, before anything runs. Operation middleware runs outside
-// gqlgen's response context, so the error goes through present here.
-func authInterceptor(present graphql.ErrorPresenterFunc) graphql.OperationMiddleware {
+// authOperation authenticates the operation of an HTTP request that came
+// with an Authorization header (see AuthMiddleware), before anything of it
+// runs, and answers it with the error when the token fails. Operation
+// middleware runs outside gqlgen's response context, so the error goes
+// through present here. r.Auth is read for each operation, so that a
+// benchmark can swap it as it swaps r.Posts.
+//
+// Operations that do not parse or validate never get here, and are
+// answered with their error without a read of the session.
+func authOperation(r *Resolver, present graphql.ErrorPresenterFunc) graphql.OperationMiddleware {
 	return func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		err, _ := ctx.Value(authErrorKey{}).(error)
-		if err == nil {
+		header, _ := ctx.Value(authHeaderKey{}).(string)
+		if header == "" {
 			return next(ctx)
 		}
-		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
+		var home *warble.PageArgs
+		if page, ok := homePage(graphql.GetOperationContext(ctx)); ok {
+			home = &page
+		}
+		authCtx, err := authenticate(ctx, r.Auth, header, home)
+		if err != nil {
+			return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
+		}
+		return next(authCtx)
 	}
+}
+
+// queryType is what a root field of a query satisfies.
+var queryType = []string{"Query"}
+
+// homePage returns the page that a query's homeTimeline field asks for,
+// its arguments taken as the resolver takes them, and false when the
+// operation is not a query or has no such field, or an argument that the
+// resolver would refuse. Of several, the first: FindTimeline uses what was
+// read ahead only for the page it was read for.
+func homePage(oc *graphql.OperationContext) (warble.PageArgs, bool) {
+	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Query {
+		return warble.PageArgs{}, false
+	}
+	for _, f := range graphql.CollectFields(oc, oc.Operation.SelectionSet, queryType) {
+		if f.Name != "homeTimeline" {
+			continue
+		}
+		args := f.ArgumentMap(oc.Variables)
+		var first *int
+		if v := args["first"]; v != nil {
+			n, err := graphql.UnmarshalInt(v)
+			if err != nil {
+				return warble.PageArgs{}, false
+			}
+			first = &n
+		}
+		var after *string
+		if v := args["after"]; v != nil {
+			s, err := graphql.UnmarshalString(v)
+			if err != nil {
+				return warble.PageArgs{}, false
+			}
+			after = &s
+		}
+		page, err := pageArgs(first, after, warble.DefaultPageSize)
+		return page, err == nil
+	}
+	return warble.PageArgs{}, false
 }
 
 // websocketInit authenticates a websocket from its connection_init payload
@@ -99,7 +160,7 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 		if header == "" {
 			return ctx, nil
 		}
-		authCtx, err := authenticate(ctx, auth, header)
+		authCtx, err := authenticate(ctx, auth, header, nil)
 		if err != nil && warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
 			// The token could not be checked (Redis is unreachable): not
 			// a verdict on the session, so a code that says to retry.

@@ -121,7 +121,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.Metrics != nil {
 		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
 	}
-	srv.AroundOperations(authInterceptor(present))
+	srv.AroundOperations(authOperation(cfg.Resolver, present))
 	srv.AroundOperations(subscriptionsOnWebsockets(present))
 	loaderWait := cfg.LoaderWait
 	if loaderWait <= 0 {

@@ -117,7 +117,7 @@ func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
 	mux := http.NewServeMux()
 	// Methods are named so that "GET /" below does not claim /graphql's
 	// other methods; anything else gets 405 from the mux.
-	api := limitBody(graph.ClientAddress(cfg.TrustXFF, graph.AuthMiddleware(resolver.Auth, gql)))
+	api := limitBody(graph.ClientAddress(cfg.TrustXFF, graph.AuthMiddleware(gql)))
 	mux.Handle("GET /graphql", api)
 	mux.Handle("POST /graphql", api)
 	mux.Handle("OPTIONS /graphql", api)

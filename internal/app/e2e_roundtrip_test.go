@@ -1,9 +1,15 @@
 package app
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/warble/warble/internal/redistest"
 )
@@ -101,5 +107,136 @@ func TestSignedInRequestRoundTrips(t *testing.T) {
 		if q.want == 2 && (out.Viewer.FollowersCount != 1 || out.Viewer.FollowingCount != 1 || out.Viewer.PostsCount != 2) {
 			t.Errorf("%s: counts %+v, want 1 follower, 1 followed, 2 posts", q.query, out.Viewer)
 		}
+	}
+}
+
+// TestHomePageRoundTrips checks that a signed-in home page costs two Redis
+// round trips: the session read with the range read of the home timeline,
+// then the posts with their authors. It was three, the range read on its
+// own after the session's. The first page and a page after a cursor.
+func TestHomePageRoundTrips(t *testing.T) {
+	// No fan-out workers: their polling would count too, and the posts
+	// reach the viewer's home by the follow's backfill.
+	s := newTestServer(t, func(c *Config) { c.LoaderWait = 500 * time.Millisecond; c.FanoutWorkers = 0 })
+	viewer := s.signup(t, "viewer")
+	other := s.signup(t, "other")
+	for i := range 50 {
+		s.post(t, other, fmt.Sprintf("post %d", i))
+	}
+	s.follow(t, viewer, other)
+	client := s.app.db.Client()
+	counter := &redistest.RoundTrips{}
+	client.AddHook(counter)
+
+	const home = `query($after: String) { homeTimeline(first: 20, after: $after) { edges { cursor node { id body
+		author { id username } } } pageInfo { endCursor hasNextPage } } }`
+	var after any
+	s.mustQuery(t, viewer.Token, home, map[string]any{"after": nil}, new(any)) // reads which accounts are pulled
+	for page := range 2 {
+		before := counter.N()
+		var out struct {
+			HomeTimeline timelinePage
+		}
+		s.mustQuery(t, viewer.Token, home, map[string]any{"after": after}, &out)
+		if n := counter.N() - before; n != 2 {
+			t.Errorf("home page %d: %d round trips, want 2", page+1, n)
+		}
+		if got := len(out.HomeTimeline.Edges); got != 20 || !out.HomeTimeline.PageInfo.HasNextPage {
+			t.Fatalf("home page %d: %d posts, hasNextPage %v; want 20 and a next page", page+1, got, out.HomeTimeline.PageInfo.HasNextPage)
+		}
+		after = *out.HomeTimeline.PageInfo.EndCursor
+	}
+
+	// The page's size in a variable, the field in a fragment, under an
+	// alias: the same two.
+	const fragment = `query($n: Int) { ...Home } fragment Home on Query { mine: homeTimeline(first: $n) {
+		edges { node { id author { username } } } } }`
+	before := counter.N()
+	var out struct{ Mine timelinePage }
+	s.mustQuery(t, viewer.Token, fragment, map[string]any{"n": 7}, &out)
+	if n := counter.N() - before; n != 2 || len(out.Mine.Edges) != 7 {
+		t.Errorf("home page in a fragment: %d round trips and %d posts, want 2 and 7", n, len(out.Mine.Edges))
+	}
+}
+
+// commandNames is a go-redis hook that records the names of the commands
+// sent.
+type commandNames struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *commandNames) add(cmds ...redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cmd := range cmds {
+		c.names = append(c.names, cmd.Name())
+	}
+}
+
+func (c *commandNames) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.names
+	c.names = nil
+	return names
+}
+
+func (c *commandNames) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.add(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// TestHomePageWithBadToken checks that a home page asked for with a wrong
+// or a revoked token is answered UNAUTHENTICATED before anything of the
+// query runs: Redis gets the session's one pipeline, which carries the
+// range read of the home timeline that the token names as a right token's
+// would (its answer is dropped), and nothing is written.
+func TestHomePageWithBadToken(t *testing.T) {
+	s := newTestServer(t, func(c *Config) { c.FanoutWorkers = 0 })
+	viewer := s.signup(t, "viewer")
+	other := s.signup(t, "other")
+	s.post(t, other, "a post")
+	s.follow(t, viewer, other)
+	gone := s.signup(t, "gone")
+	var out struct{ Logout bool }
+	s.mustQuery(t, gone.Token, `mutation { logout }`, nil, &out)
+	userID, _, _ := strings.Cut(viewer.Token, ".")
+	wrong := userID + "." + strings.Repeat("A", 43)
+
+	client := s.app.db.Client()
+	counter := &redistest.RoundTrips{}
+	names := &commandNames{}
+	client.AddHook(counter)
+	client.AddHook(names)
+	const home = `{ homeTimeline(first: 20) { edges { node { id body author { username } } } } }`
+	for _, token := range []string{wrong, gone.Token} {
+		before := redistest.Snapshot(t, client)
+		names.take()
+		n := counter.N()
+		r := s.query(t, token, home, nil)
+		if r.code() != "UNAUTHENTICATED" || string(r.Data) != "null" && len(r.Data) > 0 {
+			t.Errorf("home page with a bad token: data %s, errors %+v; want UNAUTHENTICATED and no data", r.Data, r.Errors)
+		}
+		if got := counter.N() - n; got != 1 {
+			t.Errorf("home page with a bad token: %d round trips, want the session's 1", got)
+		}
+		sent := names.take()
+		slices.Sort(sent)
+		if want := []string{"hmget", "pttl", "zrange"}; !slices.Equal(sent, want) {
+			t.Errorf("home page with a bad token sent %v, want %v", sent, want)
+		}
+		redistest.AssertUnchanged(t, client, before, "a home page with a bad token")
 	}
 }

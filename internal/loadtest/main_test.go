@@ -263,7 +263,7 @@ func startWarble(t *testing.T, workers int) (*redistest.Server, *redisdb.DB, str
 		Follows: redisdb.NewFollowService(db),
 		Live:    hub,
 	}
-	h := gqlgraph.AuthMiddleware(resolver.Auth, gqlgraph.NewHandler(gqlgraph.HandlerConfig{Resolver: resolver, Sessions: hub, Logger: quiet}))
+	h := gqlgraph.AuthMiddleware(gqlgraph.NewHandler(gqlgraph.HandlerConfig{Resolver: resolver, Sessions: hub, Logger: quiet}))
 	mux := http.NewServeMux()
 	mux.Handle("POST /graphql", h)
 	mux.Handle("GET /graphql", h) // the live subscribers

@@ -331,31 +331,75 @@ func (s *AuthService) pruneSessions(ctx context.Context, userID string) {
 	}
 }
 
-// Authenticate implements warble.AuthService. The session's expiry slides
-// with use; it is written at most once per sessionSlack, in a second round
-// trip, so that most requests cost one pipeline of two reads in the user's
-// slot: the session's time to live and the user's fields. The user comes
-// without counts, which most requests do not ask for (see FindUserCounts).
-// A plain pipeline costs Redis about 40% less CPU than a script that does
-// the same (BenchmarkRequests: 6.5 against 10.8 µs per request). Requests
-// that arrive while such a pipeline is on its way share the next one (see
-// sessionReads).
+// Authenticate implements warble.AuthService (see authenticate).
+func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
+	u, sess, _, err := s.authenticate(ctx, token, nil)
+	return u, sess, err
+}
+
+// AuthenticateForHome implements warble.AuthService. A signed-in home page
+// took three round trips one after the other: the session, the range read
+// of the home timeline, and the posts with their authors. The token names
+// its user, and the session, the user and the home timeline are all in the
+// user's slot (one master of a cluster), so the range read that
+// FindTimeline would make first goes in the session's pipeline, and its
+// ids in the returned context (homeAhead), which FindTimeline takes in its
+// place: two round trips.
+//
+// The ids are read before the session is known to be good, and kept only
+// once it is: a wrong token sends the same commands as a right one for the
+// same query, and its ids are dropped unread. They are dropped too when
+// this request records the user's visit (see seen), which may rebuild a
+// returning user's home timeline after the range was read; that costs the
+// read again once per user per seenEvery in each process.
+func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, page warble.PageArgs) (context.Context, *warble.User, *warble.Session, error) {
+	var args *redis.ZRangeArgs
+	if userID, ok := parseToken(token); ok && userID != "" {
+		if a, ok := homeFirstRead(userID, page); ok {
+			args = &a
+		}
+	}
+	u, sess, ids, err := s.authenticate(ctx, token, args)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	if ids != nil {
+		ctx = context.WithValue(ctx, homeAheadKey{}, &homeAhead{args: *args, ids: ids})
+	}
+	return ctx, u, sess, nil
+}
+
+// authenticate is Authenticate, and with home set, the range read of the
+// user's home timeline with those arguments in the same round trip: its
+// ids are returned when the session is good, the read answered, and the
+// timeline cannot have been rebuilt since (nil otherwise).
+//
+// The session's expiry slides with use; it is written at most once per
+// sessionSlack, in a second round trip, so that most requests cost one
+// pipeline of two reads in the user's slot: the session's time to live and
+// the user's fields. The user comes without counts, which most requests do
+// not ask for (see FindUserCounts). A plain pipeline costs Redis about 40%
+// less CPU than a script that does the same (BenchmarkRequests: 6.5 against
+// 10.8 µs per request). Requests that arrive while such a pipeline is on
+// its way share the next one (see sessionReads).
 //
 // A wrong token sends the same commands as a right one, whether or not the
 // user it names exists, and gets the same answer: the session is looked up
 // by the hash of the whole token, so no secret is compared byte by byte,
 // and nothing is cut short when the user is unknown.
-func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
+func (s *AuthService) authenticate(ctx context.Context, token string, home *redis.ZRangeArgs) (*warble.User, *warble.Session, []string, error) {
 	userID, ok := parseToken(token)
 	if !ok {
-		return nil, nil, errSessionExpired
+		return nil, nil, nil, errSessionExpired
 	} else if userID == "" {
-		return s.authenticateLegacy(ctx, token)
+		u, sess, err := s.authenticateLegacy(ctx, token)
+		return u, sess, nil, err
 	}
 	tokenHash := hashToken(token)
 	key := sessionKeyOf(tokenHash)
 	uKey := userKey(userID)
 	r := newSessionRead(ctx, key, uKey)
+	r.homeArgs = home
 	err := s.reads.read(ctx, uKey, r)
 	if err == nil {
 		err = r.left.Err()
@@ -364,30 +408,39 @@ func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.U
 		err = r.fields.Err()
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("authenticate: %w", err)
+		return nil, nil, nil, fmt.Errorf("authenticate: %w", err)
 	}
 	left := r.left
 	if left.Val() < 0 { // -2: no such session; -1 cannot happen, sessions always expire
-		return nil, nil, errSessionExpired
+		return nil, nil, nil, errSessionExpired
 	}
 	vals := r.fields.Val()
 	username, _ := vals[0].(string)
 	if username == "" {
-		return nil, nil, errSessionExpired // a session of a user who is gone
+		return nil, nil, nil, errSessionExpired // a session of a user who is gone
 	}
 	expiresIn := left.Val()
 	if ttl := s.db.opts.SessionTTL; expiresIn < ttl-sessionSlack(ttl) {
 		// PEXPIRE of a session revoked meanwhile does nothing.
 		if err := s.db.client.PExpire(ctx, key, ttl).Err(); err != nil {
-			return nil, nil, fmt.Errorf("authenticate: %w", err)
+			return nil, nil, nil, fmt.Errorf("authenticate: %w", err)
 		}
 		expiresIn = ttl
 	}
-	s.seen(ctx, userID)
+	// Recording the visit may rebuild a returning user's home timeline
+	// after it was read: then FindTimeline reads it again.
+	recorded := s.seen(ctx, userID)
+	var ids []string
+	if !recorded && r.home != nil && r.home.Err() == nil {
+		ids = r.home.Val()
+		if ids == nil {
+			ids = []string{} // an empty timeline, read
+		}
+	}
 	displayName, _ := vals[1].(string)
 	createdAt, _ := vals[2].(string)
 	u := &warble.User{ID: userID, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
-	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, nil
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, ids, nil
 }
 
 // authenticateLegacy is Authenticate for a token of the old form: two round
@@ -415,13 +468,18 @@ func (s *AuthService) authenticateLegacy(ctx context.Context, token string) (*wa
 }
 
 // seen records that userID made a request (see DB.Seen), waiting for it
-// at most a short while (see DB.seenSoon). A failure is logged, not
-// returned: the request does not depend on it, and the next one tries
-// again.
-func (s *AuthService) seen(ctx context.Context, userID string) {
-	if err := s.db.seenSoon(ctx, userID); err != nil {
+// at most a short while (see DB.seenSoon), and reports whether the visit
+// was due to be recorded: only then may the user's home timeline have been
+// rebuilt. A failure is logged, not returned: the request does not depend
+// on it, and the next one tries again.
+func (s *AuthService) seen(ctx context.Context, userID string) bool {
+	if !s.db.seenDue(userID) {
+		return false
+	}
+	if err := s.db.recordSeenSoon(ctx, userID); err != nil {
 		s.db.log.WarnContext(ctx, "record a user's visit", "user", userID, "err", err)
 	}
+	return true
 }
 
 // sessionSlack is how far a session's expiry may lag behind its last use:

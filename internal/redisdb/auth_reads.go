@@ -57,6 +57,12 @@ type sessionRead struct {
 	left   *redis.DurationCmd // PTTL of the session
 	fields *redis.SliceCmd    // HMGET of the user's fields
 	done   chan struct{}      // closed when the batch of a queued read has answered
+
+	// homeArgs, if set, is the first range read of a page of the user's
+	// home timeline, sent with the two reads as home (see
+	// AuthService.AuthenticateForHome).
+	homeArgs *redis.ZRangeArgs
+	home     *redis.StringSliceCmd
 }
 
 // newSessionReads returns the session reads of client, with a queue per
@@ -220,6 +226,11 @@ func (s *sessionReads) exec(ctx context.Context, batch []*sessionRead) {
 	for _, r := range batch {
 		_ = pipe.Process(ctx, r.left)
 		_ = pipe.Process(ctx, r.fields)
+		if r.homeArgs != nil {
+			// Queued by the pipeline's own method, so that it is the
+			// very command that rangeFeed would send.
+			r.home = pipe.ZRangeArgs(ctx, *r.homeArgs)
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 }

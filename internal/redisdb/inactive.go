@@ -119,6 +119,11 @@ func (db *DB) seenSoon(ctx context.Context, userID string) error {
 	if !db.seenDue(userID) {
 		return nil
 	}
+	return db.recordSeenSoon(ctx, userID)
+}
+
+// recordSeenSoon is seenSoon once due.
+func (db *DB) recordSeenSoon(ctx context.Context, userID string) error {
 	var rebuilding, abandoned atomic.Bool
 	done := make(chan error, 1)
 	go func() {

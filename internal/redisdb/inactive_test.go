@@ -389,3 +389,40 @@ func TestWorkersDropIdleHomes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestReturningUserHomeReadWithTheSession: the home page of a user who
+// comes back after a week away, read ahead with the session by the request
+// that finds them inactive, has the posts that fan-out skipped: the read
+// made before the rebuild is not used.
+func TestReturningUserHomeReadWithTheSession(t *testing.T) {
+	clock := &testClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	db := newTestDB(t, Options{Now: clock.Now, InactiveAfter: 7 * 24 * time.Hour})
+	auth := NewAuthService(db)
+	ctx := context.Background()
+	author := mustSignup(t, db, "author").ID
+	away := mustSignupSession(t, auth, "away")
+	mustFollow(t, db, away.User.ID, author)
+	before := mustCreatePost(t, db, author, "while they read")
+	clock.Add(8 * 24 * time.Hour)
+	missed := mustCreatePost(t, db, author, "while they were away")
+	if holding(t, db, []string{away.User.ID}, missed.ID) != 0 {
+		t.Fatal("fan-out delivered a post to a follower away for 8 days")
+	}
+
+	page := warble.PageArgs{First: 10}
+	c, _, _, err := auth.AuthenticateForHome(ctx, away.Token, page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := NewPostService(db).FindTimeline(c, warble.HomeFeed(away.User.ID), page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range tl.Edges {
+		got = append(got, e.Node.ID)
+	}
+	if want := []string{missed.ID, before.ID}; !slices.Equal(got, want) {
+		t.Fatalf("home page of a returning user = %v, want %v", got, want)
+	}
+}

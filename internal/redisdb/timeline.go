@@ -93,10 +93,20 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 	var sources []string
 	if feed.Kind == warble.FeedHome {
 		known := false
+		ahead, _ := ctx.Value(homeAheadKey{}).(*homeAhead)
 		read = func(args redis.ZRangeArgs) ([]feedEntry, error) {
 			if !known {
 				known = true
-				entries, pulled, err := s.db.rangeFeedAndPulled(ctx, args)
+				var entries []feedEntry
+				var pulled []string
+				var err error
+				if ahead != nil && ahead.args == args {
+					// Read with the session: the same command, on the
+					// same key, for this very page.
+					entries, pulled, err = s.db.aheadAndPulled(ctx, ahead)
+				} else {
+					entries, pulled, err = s.db.rangeFeedAndPulled(ctx, args)
+				}
 				if err != nil || len(pulled) == 0 {
 					return entries, err
 				}
@@ -129,9 +139,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		var entries []feedEntry
 		var err error
 		if beyond == nil {
-			entries, err = read(redis.ZRangeArgs{
-				Key: key, Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(need),
-			})
+			entries, err = read(pageRead(key, max, need))
 		} else {
 			entries, err = beyond.read(ctx, below, bounded, need)
 		}
@@ -191,6 +199,41 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 		tl.PageInfo.EndCursor = &end
 	}
 	return tl, nil
+}
+
+// pageRead is the range read of up to count entries of a timeline below
+// max (a ZRANGE BYSCORE bound), newest first, that FindTimeline makes.
+func pageRead(key, max string, count int) redis.ZRangeArgs {
+	return redis.ZRangeArgs{Key: key, Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(count)}
+}
+
+// homeAhead is the first range read of a page of a home timeline, made in
+// the round trip of the request's session (AuthService.AuthenticateForHome),
+// which FindTimeline takes in place of its own when its first read has the
+// same arguments.
+type homeAhead struct {
+	args redis.ZRangeArgs
+	ids  []string // what the read answered
+}
+
+type homeAheadKey struct{}
+
+// homeFirstRead returns the first range read that FindTimeline makes for
+// page of userID's home timeline, and false for a page that it refuses
+// before reading.
+func homeFirstRead(userID string, page warble.PageArgs) (redis.ZRangeArgs, bool) {
+	if page.Validate(warble.MaxPageSize) != nil || !warble.ValidUserID(userID) {
+		return redis.ZRangeArgs{}, false
+	}
+	max := "+inf"
+	if page.After != nil {
+		after, err := warble.ParsePostCursor(*page.After)
+		if err != nil {
+			return redis.ZRangeArgs{}, false
+		}
+		max = "(" + strconv.FormatInt(after, 10)
+	}
+	return pageRead(homeKey(userID), max, page.First+1), true
 }
 
 // postEdges returns the edges of posts, in their order, with their
@@ -332,6 +375,12 @@ func (db *DB) rangeFeed(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry
 	if err != nil {
 		return nil, err
 	}
+	return db.idEntries(ctx, ids, args)
+}
+
+// idEntries returns the entries of the ids that a range read with args
+// answered (see rangeFeed).
+func (db *DB) idEntries(ctx context.Context, ids []string, args redis.ZRangeArgs) ([]feedEntry, error) {
 	entries := make([]feedEntry, len(ids))
 	for i, id := range ids {
 		seq, ok := postSeq(id)
@@ -355,6 +404,20 @@ func (db *DB) rangeFeedAndPulled(ctx context.Context, args redis.ZRangeArgs) ([]
 		return nil, nil, err
 	}
 	entries, err := db.rangeFeed(ctx, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	return entries, pulled, nil
+}
+
+// aheadAndPulled is rangeFeedAndPulled for a range read already made
+// (see homeAhead).
+func (db *DB) aheadAndPulled(ctx context.Context, ahead *homeAhead) ([]feedEntry, []string, error) {
+	entries, err := db.idEntries(ctx, ahead.ids, ahead.args)
+	if err != nil {
+		return nil, nil, err
+	}
+	pulled, err := db.pulledAuthors(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

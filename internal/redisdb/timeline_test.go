@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -262,5 +263,134 @@ func TestFindTimelineRoundTrips(t *testing.T) {
 	}
 	if n := counter.N() - before; n != 2 {
 		t.Errorf("a short home timeline's first page took %d round trips, want 2", n)
+	}
+}
+
+// pageOf returns what a client sees of tl: its posts' ids with their
+// cursors, and where it ends.
+func pageOf(tl *warble.Timeline) string {
+	var b []byte
+	for _, e := range tl.Edges {
+		b = append(b, e.Node.ID+"@"+e.Cursor+" "...)
+	}
+	end := "<nil>"
+	if tl.PageInfo.EndCursor != nil {
+		end = *tl.PageInfo.EndCursor
+	}
+	return string(b) + "next=" + strconv.FormatBool(tl.PageInfo.HasNextPage) + " end=" + end
+}
+
+// TestHomePageReadWithTheSession checks that a home page read in the
+// context AuthenticateForHome returns costs one round trip less than after
+// Authenticate (the range read goes with the session's reads), and is the
+// same page: the first one, and one after a cursor. What was read ahead is
+// used only for the page and the timeline it was read for.
+func TestHomePageReadWithTheSession(t *testing.T) {
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	posts := NewPostService(db)
+	ctx := context.Background()
+	reader := mustSignupSession(t, auth, "reader")
+	other := mustSignup(t, db, "other")
+	mustFollow(t, db, reader.User.ID, other.ID)
+	for i := range 30 {
+		mustCreatePost(t, db, other.ID, "post "+strconv.Itoa(i))
+	}
+	home := warble.HomeFeed(reader.User.ID)
+	firstPage(t, db, home, 20) // reads which accounts are pulled, which it then keeps
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+
+	// read authenticates with or without the read ahead of ahead, then
+	// reads page of feed, and returns the page and the round trips.
+	read := func(ahead *warble.PageArgs, feed warble.Feed, page warble.PageArgs) (string, int64) {
+		t.Helper()
+		before := counter.N()
+		var c context.Context
+		var err error
+		if ahead != nil {
+			c, _, _, err = auth.AuthenticateForHome(ctx, reader.Token, *ahead)
+		} else {
+			c = ctx
+			_, _, err = auth.Authenticate(ctx, reader.Token)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl, err := posts.FindTimeline(c, feed, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pageOf(tl), counter.N() - before
+	}
+	first := warble.PageArgs{First: 20}
+	want, plain := read(nil, home, first)
+	got, n := read(&first, home, first)
+	if got != want {
+		t.Errorf("first page read with the session:\n%s\nwant\n%s", got, want)
+	}
+	if plain != 3 || n != 2 {
+		t.Errorf("first page: %d round trips with the session's read, %d without; want 2 and 3", n, plain)
+	}
+
+	tl, err := posts.FindTimeline(ctx, home, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := warble.PageArgs{First: 20, After: tl.PageInfo.EndCursor}
+	want, plain = read(nil, home, next)
+	got, n = read(&next, home, next)
+	if got != want {
+		t.Errorf("page after a cursor read with the session:\n%s\nwant\n%s", got, want)
+	}
+	if n != plain-1 {
+		t.Errorf("page after a cursor: %d round trips with the session's read, %d without; want one less", n, plain)
+	}
+
+	// Read ahead for another page, or used for another timeline: each
+	// page is read as it would be without.
+	want, plain = read(nil, home, first)
+	small := warble.PageArgs{First: 5}
+	if got, n = read(&small, home, first); got != want || n != plain {
+		t.Errorf("page of 20 after a read ahead for 5: %d round trips, want %d; page\n%s\nwant\n%s", n, plain, got, want)
+	}
+	theirs := warble.HomeFeed(other.ID)
+	want, _ = read(nil, theirs, first)
+	if got, _ = read(&first, theirs, first); got != want {
+		t.Errorf("another user's home page after a read ahead of the reader's:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestHomeReadAheadOfBadToken checks that a wrong or revoked token gets
+// EUNAUTHENTICATED from AuthenticateForHome in its one round trip, with
+// nothing read ahead in its context and nothing written.
+func TestHomeReadAheadOfBadToken(t *testing.T) {
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	ctx := context.Background()
+	reader := mustSignupSession(t, auth, "reader")
+	gone := mustSignupSession(t, auth, "gone")
+	if err := auth.Logout(ctx, &warble.Session{TokenHash: hashToken(gone.Token), UserID: gone.User.ID}); err != nil {
+		t.Fatal(err)
+	}
+	// The same form and user as the reader's token, another secret.
+	userID, _, _ := strings.Cut(reader.Token, ".")
+	wrong := userID + "." + strings.Repeat("A", secretLen)
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	for _, token := range []string{wrong, gone.Token} {
+		before := snapshot(t, db)
+		n := counter.N()
+		c, u, s, err := auth.AuthenticateForHome(ctx, token, warble.PageArgs{First: 20})
+		if warble.ErrorCode(err) != warble.EUNAUTHENTICATED || u != nil || s != nil {
+			t.Errorf("AuthenticateForHome(%q) = %v, %v, %v; want EUNAUTHENTICATED", token, u, s, err)
+		}
+		if c.Value(homeAheadKey{}) != nil {
+			t.Errorf("AuthenticateForHome(%q) returned a context with a read ahead", token)
+		}
+		if got := counter.N() - n; got != 1 {
+			t.Errorf("AuthenticateForHome(%q) took %d round trips, want 1", token, got)
+		}
+		assertUnchanged(t, db, before, "a bad token's AuthenticateForHome")
 	}
 }

@@ -165,6 +165,14 @@ type AuthService interface {
 	// revoked. It counts as a use of the session and slides its expiry.
 	Authenticate(ctx context.Context, token string) (*User, *Session, error)
 
+	// AuthenticateForHome is Authenticate for a request about to read page
+	// of its viewer's home timeline. It may read ahead what
+	// PostService.FindTimeline reads first for that page, with the
+	// session: the returned context carries it, and FindTimeline uses it
+	// for exactly that page of that timeline and reads it itself for any
+	// other. Nothing is carried unless the session is good.
+	AuthenticateForHome(ctx context.Context, token string, page PageArgs) (context.Context, *User, *Session, error)
+
 	// SessionExpiry returns when the session with tokenHash expires, without
 	// counting as a use, or EUNAUTHENTICATED if it has expired or was revoked.
 	SessionExpiry(ctx context.Context, tokenHash string) (time.Time, error)
