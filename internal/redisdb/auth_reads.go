@@ -210,6 +210,9 @@ func (s *sessionReads) execQueued(ctx context.Context, batch []*sessionRead) {
 			for _, r := range batch {
 				r.left.SetErr(err)
 				r.fields.SetErr(err)
+				if r.home != nil {
+					r.home.SetErr(err)
+				}
 			}
 		}
 	}()
