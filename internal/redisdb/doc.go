@@ -195,8 +195,9 @@
 // XREAD on a connection of its own (see jobWatch). On one Redis, the jobs
 // that carry their followers run together in one pipeline, which also
 // reads the worker's next jobs (Worker.readNext; a worker that stops hands
-// back those it holds), at most every batchEvery while the pipelines are
-// not full, so that they fill; any other job runs alone. An author's jobs
+// back those it holds), one worker of a process at a time (batchTurn),
+// at most every batchEvery while the pipelines are not full, so that they
+// fill; any other job runs alone, on any worker, meanwhile. An author's jobs
 // are all in one shard, queued in order, as they were in the one stream.
 //
 // # Hybrid push/pull

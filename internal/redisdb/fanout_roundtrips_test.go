@@ -599,3 +599,81 @@ func TestCarriedJobRacingDelete(t *testing.T) {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
 }
+
+// TestCarriedPipelinesOneAtATime: two workers of one process with carried
+// jobs waiting never have two pipelines of them in Redis at once (see
+// batchTurn), and between them they run every job whole. The hook holds
+// each such pipeline a while, so that without the turn the other worker,
+// holding jobs of its own, would send its pipeline meanwhile.
+func TestCarriedPipelinesOneAtATime(t *testing.T) {
+	db, followers, first, _ := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers")
+	}
+	author, _, _ := splitPostID(first)
+	posts := []string{first}
+	for range 3 * jobsAtOnce {
+		posts = append(posts, mustQueuePost(t, db, author, "queued"))
+	}
+	var inFlight, most atomic.Int64
+	db.client.AddHook(&eachPipeline{script: db.deliveryScripts().Hash(), run: func(next func() error) error {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		return next()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		w := NewWorker(db, WorkerOptions{})
+		w.nextClaim = time.Now().Add(time.Hour)
+		for i := range w.ready {
+			w.ready[i] = true
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Run(ctx)
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); queuedJobs(t, db) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d pipelines of carried jobs in Redis at once, want 1", got)
+	}
+	for _, id := range posts {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+}
+
+// eachPipeline is a hook that runs every pipeline that calls script
+// through run, which sends it by calling next.
+type eachPipeline struct {
+	script string
+	run    func(next func() error) error
+}
+
+func (h *eachPipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *eachPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *eachPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && c.Name() == "evalsha" && args[1] == h.script {
+				return h.run(func() error { return next(ctx, cmds) })
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
