@@ -406,6 +406,10 @@ type jobEnd struct {
 	// fanOutCarried).
 	followers []string
 	carried   bool
+	// listed says that the step that queued the job listed the post on
+	// the global timeline, so that fanOutCarried does not (see
+	// createPostOneRedisScript).
+	listed bool
 }
 
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
@@ -699,7 +703,8 @@ func (db *DB) carriedFollowers() int {
 // fanOutCarried runs jobs that carry their authors' followers, read in
 // the atomic step that stored each post and queued its job, on one Redis,
 // all in one pipeline: for each job in turn it puts the post on the global
-// timeline, delivers it to those followers, then checks that the post
+// timeline (unless the step that queued the job did, atomically with it:
+// listed), delivers it to those followers, then checks that the post
 // still exists and, if it does, ends the job (finishFanOutLua); after them
 // all the pipeline may read the worker's next jobs (readNext, when not
 // nil). It saves a job the first round trip of a walk, which reads the
@@ -738,7 +743,9 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for i, j := range jobs {
 			c := &all[i]
-			c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
+			if !j.end.listed {
+				c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
+			}
 			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, c.seqText, j.postID, j.authorID, c.added, cutoff)
 			c.finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
 				[]string{postKey(j.authorID, c.seqText), fanoutStreamKey(j.end.shard), fanoutCursorKey(j.end.shard, j.end.id)},
@@ -755,7 +762,10 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		if err != nil && c.finish != nil {
 			// Not another job's commands nor the next jobs' read (none
 			// queued answers redis.Nil): this job's.
-			jerr = c.global.Err()
+			jerr = nil
+			if c.global != nil {
+				jerr = c.global.Err()
+			}
 			for _, cmd := range append(c.cmds, c.finish) {
 				if jerr == nil {
 					jerr = cmd.Err()

@@ -677,3 +677,69 @@ func (h *eachPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		return next(ctx, cmds)
 	}
 }
+
+// TestCarriedJobListedByItsStep: on one Redis the step that stores a post
+// and queues its job also lists the post on the global timeline, and the
+// job says so, so its worker sends no listing of its own; the post is on
+// the global timeline once the job is done. When that listing fails (a
+// string where the timeline should be makes Redis refuse it), the step
+// queues the job again without the mark, whose worker lists the post once
+// the timeline can take it, and every follower holds the post once.
+func TestCarriedJobListedByItsStep(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	if db.chainedPosts {
+		t.Skip("a Redis Cluster queues jobs through the outbox, and lists the post in its job")
+	}
+	author, _, _ := splitPostID(postID)
+	listing := db.pub(listGlobalScript).Hash()
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if args := c.Args(); c.Name() == "evalsha" && args[1] == listing {
+				t.Errorf("the job of a post its step listed sent %v", args)
+			}
+		}
+	}
+	if err := db.client.ZScore(ctx, globalKey, postID).Err(); err != nil {
+		t.Errorf("the global timeline does not hold %s: %v", postID, err)
+	}
+
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlisted := mustQueuePost(t, db, author, "its listing fails")
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	shard := db.fanOutShard(author)
+	msgs, err := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marks []bool
+	for _, m := range msgs {
+		if j, ok := parseJob(shard, m); ok && j.postID == unlisted {
+			marks = append(marks, j.listed)
+		}
+	}
+	if !slices.Equal(marks, []bool{true, false}) {
+		t.Fatalf("jobs queued for the post whose listing failed, listed: %v; want [true false]", marks)
+	}
+	drainFanOut(t, db)
+	if err := db.client.ZScore(ctx, globalKey, unlisted).Err(); err != nil {
+		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
+	}
+	if got := holding(t, db, followers, unlisted); got != len(followers) {
+		t.Errorf("%d of %d followers hold %s", got, len(followers), unlisted)
+	}
+	for _, f := range followers {
+		if n := db.client.ZCard(ctx, homeKey(f)).Val(); n != 3 {
+			t.Fatalf("%s's home holds %d posts, want the 3 posts once each", f, n)
+		}
+	}
+}

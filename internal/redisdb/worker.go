@@ -644,7 +644,7 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 	if !claimed {
 		// A job taken over may have been run in part, by a worker that
 		// walked the followers: it walks them too (see fanOutCarried).
-		end.followers, end.carried = j.followers, j.carried
+		end.followers, end.carried, end.listed = j.followers, j.carried, j.listed
 	}
 	var reads *[]*redis.XStreamSliceCmd
 	end.readNext, reads = w.readNext(ctx)
@@ -750,7 +750,7 @@ func (w *Worker) runCarried(ctx context.Context, jobs []job) (int, error) {
 	cj := make([]carriedJob, len(jobs))
 	for i, j := range jobs {
 		cj[i] = carriedJob{authorID: j.authorID, seq: j.seq, postID: j.postID,
-			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true}}
+			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true, listed: j.listed}}
 	}
 	queue, reads := w.readNext(ctx)
 	errs := w.db.fanOutCarried(ctx, cj, queue)
