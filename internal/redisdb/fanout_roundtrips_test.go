@@ -743,3 +743,58 @@ func TestCarriedJobListedByItsStep(t *testing.T) {
 		}
 	}
 }
+
+// TestCarriedJobsEndTogether: the jobs run in one pipeline end in one call
+// after all their deliveries, each by its own check: of three jobs whose
+// middle post is deleted just before the pipeline, the first and the last
+// end there, and the middle one takes its post back off the followers
+// and the global timeline and then ends, so that none is left pending.
+func TestCarriedJobsEndTogether(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, w := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers: TestSmallFanOutJobRacingDelete")
+	}
+	author, _, _ := splitPostID(first)
+	deleted := mustQueuePost(t, db, author, "deleted during its job")
+	last := mustQueuePost(t, db, author, "the last")
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+		return NewPostService(db).DeletePost(ctx, author, deleted)
+	}})
+	if n, err := w.step(ctx); err != nil || n != 3 {
+		t.Fatalf("step = %d jobs, %v; want 3", n, err)
+	}
+	ends := 0
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("finish")) {
+				ends++
+			}
+		}
+	}
+	if ends != 1 {
+		t.Errorf("the three jobs ended in %d calls, want 1", ends)
+	}
+	for _, id := range []string{first, last} {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if got := holding(t, db, followers, deleted); got != 0 {
+		t.Errorf("%d followers hold the deleted post", got)
+	}
+	if err := db.client.ZScore(ctx, globalKey, deleted).Err(); !errors.Is(err, redis.Nil) {
+		t.Error("the global timeline holds the deleted post")
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("the delete's job: step = %d jobs, %v; want 1", n, err)
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
