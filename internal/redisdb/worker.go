@@ -753,8 +753,12 @@ func (w *Worker) runCarried(ctx context.Context, jobs []job) (int, error) {
 			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true, listed: j.listed}}
 	}
 	queue, reads := w.readNext(ctx)
-	errs := w.db.fanOutCarried(ctx, cj, queue)
-	w.db.batcher.give(len(jobs) >= jobsAtOnce)
+	errs := func() []error {
+		// Deferred, so that no way out of the pipeline keeps the turn
+		// from the process's other workers.
+		defer w.db.batcher.give(len(jobs) >= jobsAtOnce)
+		return w.db.fanOutCarried(ctx, cj, queue)
+	}()
 	w.holdNext(reads)
 	done := 0
 	var first error
