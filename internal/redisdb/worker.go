@@ -273,13 +273,13 @@ const batchEvery = 5 * time.Millisecond
 // batchTurn lets one worker of a process at a time run a pipeline of
 // carried jobs, and paces those pipelines for all of them (batchEvery).
 // Two workers that each ran their own pipelines, each paced on its own,
-// ran up to twice as many, fuller by half, side by side, and a request's
-// round trip that came in behind them waited for both; one worker had
-// neither, but a walk of many followers held up every small job behind
-// it. With the turn, walks take none: they run on whichever worker read
-// them, while another runs the carried jobs. (In the load tool this
-// changed createPost's p99 at 16 in flight by nothing measurable:
-// BENCHMARKS.md, post-6.)
+// ran up to twice as many, each about half as full, side by side, and a
+// request's round trip that came in behind them waited for both; one
+// worker alone had neither, but a walk of many followers held up every
+// small job behind it. With the turn, walks take none: they run on
+// whichever worker read them, while another runs the carried jobs. (In
+// the load tool this changed createPost's p99 at 16 in flight by nothing
+// measurable: BENCHMARKS.md, post-6.)
 type batchTurn struct {
 	token chan struct{} // holds a value while a worker has the turn
 	next  atomic.Int64  // unix ns before which no pipeline that is not full runs
