@@ -158,6 +158,9 @@ type DB struct {
 	// Options.ReplicaReads): one over that client, or db itself.
 	lagging *DB
 	jobs    jobWatch // wakes this process's idle fan-out workers
+	// batcher lets one fan-out worker of this process at a time run a
+	// pipeline of carried jobs (see Worker.runCarried).
+	batcher batchTurn
 	// sharded is set on a Redis Cluster: timeline events then go out by
 	// SPUBLISH to shard channels, which only the master of the channel's
 	// slot carries, where a classic PUBLISH would reach every node of the
@@ -249,6 +252,7 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	}
 	opts.FollowerBuckets = max(2, opts.FollowerBuckets)
 	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded, chainedPosts: sharded}
+	db.batcher.token = make(chan struct{}, 1)
 	db.lagging = db
 	if opts.ReplicaReads != nil {
 		db.lagging = &DB{client: opts.ReplicaReads, opts: opts, log: opts.Logger, sharded: sharded}

@@ -143,36 +143,62 @@ return added
 `)
 
 // finishFanOutLua is deliverBatchScript's "finish" entry. On one Redis,
-// where the post's hash and the job's stream may be in two slots, it ends
-// a fan-out job of one batch in that batch's pipeline, after its
-// deliveries: if the post's hash still exists, it clears the post's
-// fanOutPendingField and acknowledges the job, deletes it from the stream
-// and drops its cursor (as Worker.finish does), in one atomic step. If the
-// hash is gone it writes nothing, and the job goes on as after a batch's
-// check that found it gone: a deleted post must be taken back off before
-// its job may leave the stream.
+// where the posts' hashes and the jobs' stream may be in many slots, it
+// ends fan-out jobs of one batch each in that batch's pipeline, after
+// their deliveries: for each job whose post's hash still exists, it
+// clears the post's fanOutPendingField and acknowledges the job, deletes
+// it from the stream and drops its cursor (as Worker.finish does), in one
+// atomic step. For a job whose hash is gone it writes nothing, and the job
+// goes on as after a batch's check that found it gone: a deleted post must
+// be taken back off before its job may leave the stream. The jobs of a
+// pipeline of carried jobs end in one call (fanOutCarried), with one XACK,
+// one XDEL and one DEL for all of them, where a call per job cost Redis a
+// script call and those three commands per post.
 //
-// KEYS[1] -> w:u:{<author>}:p:<seq>
-// KEYS[2] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs
-// KEYS[3] -> the job's cursor, w:{fanout}:cursor:<entry id>
+// KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs, the jobs' stream
+// KEYS[2i] -> the i-th job's post, w:u:{<author>}:p:<seq>
+// KEYS[2i+1] -> the i-th job's cursor, w:{fanout}:cursor:<entry id>
 // ARGV[1] -> "finish"
 // ARGV[2] -> the consumer group
-// ARGV[3] -> the job's entry id
-// ARGV[4] -> fanOutPendingField
+// ARGV[3] -> fanOutPendingField
+// ARGV[3+i] -> the i-th job's entry id
 //
-// Returns 1 if the hash exists (and the job is finished), else 0.
+// Returns, for each job in turn, 1 if the hash exists (and the job is
+// finished), else 0.
 const finishFanOutLua = `
 if ARGV[1] == 'finish' then
-	if redis.call('EXISTS', KEYS[1]) == 0 then
-		return 0
+	local found, ids, cursors = {}, {}, {}
+	for i = 1, #ARGV - 3 do
+		found[i] = redis.call('EXISTS', KEYS[2 * i])
+		if found[i] == 1 then
+			redis.call('HDEL', KEYS[2 * i], ARGV[3])
+			ids[#ids + 1] = ARGV[3 + i]
+			cursors[#cursors + 1] = KEYS[2 * i + 1]
+		end
 	end
-	redis.call('HDEL', KEYS[1], ARGV[4])
-	redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
-	redis.call('XDEL', KEYS[2], ARGV[3])
-	redis.call('DEL', KEYS[3])
-	return 1
+	if #ids > 0 then
+		redis.call('XACK', KEYS[1], ARGV[2], unpack(ids))
+		redis.call('XDEL', KEYS[1], unpack(ids))
+		redis.call('DEL', unpack(cursors))
+	end
+	return found
 end
 `
+
+// finishJobs queues on pipe the end of jobs of one shard, each of one
+// batch, after their deliveries (finishFanOutLua). The i-th of the
+// answer's values is the i-th job's.
+func (db *DB) finishJobs(ctx context.Context, pipe redis.Pipeliner, shard int, jobs []carriedJob) *redis.Cmd {
+	keys := make([]string, 1, 1+2*len(jobs))
+	keys[0] = fanoutStreamKey(shard)
+	args := make([]any, 3, 3+len(jobs))
+	args[0], args[1], args[2] = "finish", fanOutGroup, fanOutPendingField
+	for _, j := range jobs {
+		keys = append(keys, postKey(j.authorID, strconv.FormatInt(j.seq, 10)), fanoutCursorKey(shard, j.end.id))
+		args = append(args, j.end.id)
+	}
+	return db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, args...)
+}
 
 // OneRedisScripts returns the SHA1s of the scripts Warble runs only on one
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
@@ -406,6 +432,10 @@ type jobEnd struct {
 	// fanOutCarried).
 	followers []string
 	carried   bool
+	// listed says that the step that queued the job listed the post on
+	// the global timeline, so that fanOutCarried does not (see
+	// createPostOneRedisScript).
+	listed bool
 }
 
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
@@ -565,9 +595,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 				cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
 				if finishing {
-					finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
-						[]string{postKey(authorID, seqText), fanoutStreamKey(end.shard), fanoutCursorKey(end.shard, end.id)},
-						"finish", fanOutGroup, end.id, fanOutPendingField)
+					finish = db.finishJobs(ctx, pipe, end.shard,
+						[]carriedJob{{authorID: authorID, seq: seq, postID: postID, end: end}})
 					if end.readNext != nil {
 						end.readNext(pipe)
 					}
@@ -603,7 +632,9 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			}
 			found := int64(0)
 			if finishing {
-				found, _ = finish.Int64()
+				if f, _ := finish.Int64Slice(); len(f) == 1 {
+					found = f[0]
+				}
 			} else {
 				found = exists.Val()
 			}
@@ -699,17 +730,19 @@ func (db *DB) carriedFollowers() int {
 // fanOutCarried runs jobs that carry their authors' followers, read in
 // the atomic step that stored each post and queued its job, on one Redis,
 // all in one pipeline: for each job in turn it puts the post on the global
-// timeline, delivers it to those followers, then checks that the post
-// still exists and, if it does, ends the job (finishFanOutLua); after them
-// all the pipeline may read the worker's next jobs (readNext, when not
-// nil). It saves a job the first round trip of a walk, which reads the
-// followers (fanOutJob), and costs what a job of one batch costs after
-// it, less the round trip itself for every job after the first: the same
-// writes, each as idempotent, and the same check after them all, the
-// global timeline's included, so the argument of doc.go holds for each
-// job (a post found deleted is taken back off the followers and the
-// global timeline before its job may leave the stream). A job's commands
-// are in the pipeline's order, so each check follows that job's writes.
+// timeline (unless the step that queued the job did, atomically with it:
+// listed) and delivers it to those followers; after them all one call
+// checks, for each job, that its post still exists and, if it does, ends
+// the job (finishFanOutLua); then the pipeline may read the worker's next
+// jobs (readNext, when not nil). It saves a job the first round trip of
+// a walk, which reads the followers (fanOutJob), and costs what a job of
+// one batch costs after it, less the round trip itself for every job
+// after the first: the same writes, each as idempotent, and the same
+// check after them all, the global timeline's included, so the argument
+// of doc.go holds for each job (a post found deleted is taken back off
+// the followers and the global timeline before its job may leave the
+// stream). The pipeline runs in order on its connection, so each check
+// follows its job's writes.
 //
 // The followers are those of the moment the post was stored rather than
 // of the job's walk: one who follows after that gets the post from
@@ -728,21 +761,42 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		seqText, added string
 		global, finish *redis.Cmd
 		cmds           []*redis.Cmd
+		at             int // this job's place in its finish's answer
 	}
 	all := make([]sent, len(jobs))
+	// The jobs end by shard, one call for each (a worker's jobs read at
+	// once are of one shard), in the order of their first jobs.
+	var shards []int
+	byShard := map[int][]int{}
 	for i, j := range jobs {
 		all[i].seqText = strconv.FormatInt(j.seq, 10)
 		all[i].added = encodeAdded(j.seq, j.postID)
+		s := j.end.shard
+		if _, ok := byShard[s]; !ok {
+			shards = append(shards, s)
+		}
+		all[i].at = len(byShard[s])
+		byShard[s] = append(byShard[s], i)
 	}
 	cutoff := db.inactiveCutoff()
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for i, j := range jobs {
 			c := &all[i]
-			c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
+			if !j.end.listed {
+				c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
+			}
 			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, c.seqText, j.postID, j.authorID, c.added, cutoff)
-			c.finish = db.pub(deliverBatchScript).EvalSha(ctx, pipe,
-				[]string{postKey(j.authorID, c.seqText), fanoutStreamKey(j.end.shard), fanoutCursorKey(j.end.shard, j.end.id)},
-				"finish", fanOutGroup, j.end.id, fanOutPendingField)
+		}
+		// After every job's writes, so that each job's check follows them.
+		for _, s := range shards {
+			these := make([]carriedJob, len(byShard[s]))
+			for k, i := range byShard[s] {
+				these[k] = jobs[i]
+			}
+			finish := db.finishJobs(ctx, pipe, s, these)
+			for _, i := range byShard[s] {
+				all[i].finish = finish
+			}
 		}
 		if readNext != nil {
 			readNext(pipe)
@@ -755,7 +809,10 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		if err != nil && c.finish != nil {
 			// Not another job's commands nor the next jobs' read (none
 			// queued answers redis.Nil): this job's.
-			jerr = c.global.Err()
+			jerr = nil
+			if c.global != nil {
+				jerr = c.global.Err()
+			}
 			for _, cmd := range append(c.cmds, c.finish) {
 				if jerr == nil {
 					jerr = cmd.Err()
@@ -775,7 +832,7 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		if db.opts.Delivered != nil && n > 0 {
 			db.opts.Delivered(n)
 		}
-		if found, _ := c.finish.Int64(); found == 1 {
+		if found, _ := c.finish.Int64Slice(); c.at < len(found) && found[c.at] == 1 {
 			j.end.finished = true
 			continue
 		}

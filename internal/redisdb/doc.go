@@ -69,11 +69,15 @@
 //     atomic step that stores the post, and CreatePost answers only after
 //     that step: the job is in the stream if and only if the post was
 //     stored, and no outbox is needed. (A script there may touch every key
-//     it declares, whatever their slots.) A job of an author with few
-//     followers carries them, read in that step, and its worker delivers
-//     without walking them (fanOutCarried): those are the followers "as of
-//     the walk", and one who follows after the step gets the post from
-//     their follow's backfill, which finds it in the author's posts set.
+//     it declares, whatever their slots.) The same step lists the post on
+//     the global timeline, and the job says so (listed), so that its
+//     worker does not list it again; if that listing fails, the step
+//     queues the job a second time without listed. A job of an author
+//     with few followers carries them, read in that step, and its worker
+//     delivers without walking them (fanOutCarried): those are the
+//     followers "as of the walk", and one who follows after the step gets
+//     the post from their follow's backfill, which finds it in the
+//     author's posts set.
 //   - On a Redis Cluster, the post's keys and the stream are in different
 //     slots, so the job is recorded in its author's outbox by
 //     createPostScript (and, on either, by deletePostScript), in the same
@@ -195,8 +199,9 @@
 // XREAD on a connection of its own (see jobWatch). On one Redis, the jobs
 // that carry their followers run together in one pipeline, which also
 // reads the worker's next jobs (Worker.readNext; a worker that stops hands
-// back those it holds), at most every batchEvery while the pipelines are
-// not full, so that they fill; any other job runs alone. An author's jobs
+// back those it holds), one worker of a process at a time (batchTurn),
+// at most every batchEvery while the pipelines are not full, so that they
+// fill; any other job runs alone, on any worker, meanwhile. An author's jobs
 // are all in one shard, queued in order, as they were in the one stream.
 //
 // # Hybrid push/pull

@@ -599,3 +599,202 @@ func TestCarriedJobRacingDelete(t *testing.T) {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
 }
+
+// TestCarriedPipelinesOneAtATime: two workers of one process with carried
+// jobs waiting never have two pipelines of them in Redis at once (see
+// batchTurn), and between them they run every job whole. The hook holds
+// each such pipeline a while, so that without the turn the other worker,
+// holding jobs of its own, would send its pipeline meanwhile.
+func TestCarriedPipelinesOneAtATime(t *testing.T) {
+	db, followers, first, _ := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers")
+	}
+	author, _, _ := splitPostID(first)
+	posts := []string{first}
+	for range 3 * jobsAtOnce {
+		posts = append(posts, mustQueuePost(t, db, author, "queued"))
+	}
+	var inFlight, most atomic.Int64
+	db.client.AddHook(&eachPipeline{script: db.deliveryScripts().Hash(), run: func(next func() error) error {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		return next()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		w := NewWorker(db, WorkerOptions{})
+		w.nextClaim = time.Now().Add(time.Hour)
+		for i := range w.ready {
+			w.ready[i] = true
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Run(ctx)
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); queuedJobs(t, db) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d pipelines of carried jobs in Redis at once, want 1", got)
+	}
+	for _, id := range posts {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+}
+
+// eachPipeline is a hook that runs every pipeline that calls script
+// through run, which sends it by calling next.
+type eachPipeline struct {
+	script string
+	run    func(next func() error) error
+}
+
+func (h *eachPipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *eachPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *eachPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && c.Name() == "evalsha" && args[1] == h.script {
+				return h.run(func() error { return next(ctx, cmds) })
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestCarriedJobListedByItsStep: on one Redis the step that stores a post
+// and queues its job also lists the post on the global timeline, and the
+// job says so, so its worker sends no listing of its own; the post is on
+// the global timeline once the job is done. When that listing fails (a
+// string where the timeline should be makes Redis refuse it), the step
+// queues the job again without the mark, whose worker lists the post once
+// the timeline can take it, and every follower holds the post once.
+func TestCarriedJobListedByItsStep(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	if db.chainedPosts {
+		t.Skip("a Redis Cluster queues jobs through the outbox, and lists the post in its job")
+	}
+	author, _, _ := splitPostID(postID)
+	listing := db.pub(listGlobalScript).Hash()
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("step = %d jobs, %v; want 1", n, err)
+	}
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if args := c.Args(); c.Name() == "evalsha" && args[1] == listing {
+				t.Errorf("the job of a post its step listed sent %v", args)
+			}
+		}
+	}
+	if err := db.client.ZScore(ctx, globalKey, postID).Err(); err != nil {
+		t.Errorf("the global timeline does not hold %s: %v", postID, err)
+	}
+
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlisted := mustQueuePost(t, db, author, "its listing fails")
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	shard := db.fanOutShard(author)
+	msgs, err := db.client.XRange(ctx, fanoutStreamKey(shard), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var marks []bool
+	for _, m := range msgs {
+		if j, ok := parseJob(shard, m); ok && j.postID == unlisted {
+			marks = append(marks, j.listed)
+		}
+	}
+	if !slices.Equal(marks, []bool{true, false}) {
+		t.Fatalf("jobs queued for the post whose listing failed, listed: %v; want [true false]", marks)
+	}
+	drainFanOut(t, db)
+	if err := db.client.ZScore(ctx, globalKey, unlisted).Err(); err != nil {
+		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
+	}
+	if got := holding(t, db, followers, unlisted); got != len(followers) {
+		t.Errorf("%d of %d followers hold %s", got, len(followers), unlisted)
+	}
+	for _, f := range followers {
+		if n := db.client.ZCard(ctx, homeKey(f)).Val(); n != 3 {
+			t.Fatalf("%s's home holds %d posts, want the 3 posts once each", f, n)
+		}
+	}
+}
+
+// TestCarriedJobsEndTogether: the jobs run in one pipeline end in one call
+// after all their deliveries, each by its own check: of three jobs whose
+// middle post is deleted just before the pipeline, the first and the last
+// end there, and the middle one takes its post back off the followers
+// and the global timeline and then ends, so that none is left pending.
+func TestCarriedJobsEndTogether(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, w := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers: TestSmallFanOutJobRacingDelete")
+	}
+	author, _, _ := splitPostID(first)
+	deleted := mustQueuePost(t, db, author, "deleted during its job")
+	last := mustQueuePost(t, db, author, "the last")
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+		return NewPostService(db).DeletePost(ctx, author, deleted)
+	}})
+	if n, err := w.step(ctx); err != nil || n != 3 {
+		t.Fatalf("step = %d jobs, %v; want 3", n, err)
+	}
+	ends := 0
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("finish")) {
+				ends++
+			}
+		}
+	}
+	if ends != 1 {
+		t.Errorf("the three jobs ended in %d calls, want 1", ends)
+	}
+	for _, id := range []string{first, last} {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if got := holding(t, db, followers, deleted); got != 0 {
+		t.Errorf("%d followers hold the deleted post", got)
+	}
+	if err := db.client.ZScore(ctx, globalKey, deleted).Err(); !errors.Is(err, redis.Nil) {
+		t.Error("the global timeline holds the deleted post")
+	}
+	if n, err := w.step(ctx); err != nil || n != 1 {
+		t.Fatalf("the delete's job: step = %d jobs, %v; want 1", n, err)
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}

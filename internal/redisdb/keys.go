@@ -179,8 +179,10 @@ func fanoutTag(shard int) string {
 // consumer group "workers" (see queue.go): w:{fanout}:jobs,
 // w:{fanout:<i>}:jobs. Fields: op (add or del), author, seq, post, and for
 // a post's job on one Redis whose author has few followers, followers (their
-// ids, space-separated; see createPostOneRedisScript). A job is deleted once
-// done, so the stream holds only jobs to do.
+// ids, space-separated; see createPostOneRedisScript), and for a post's job
+// on one Redis, listed ("1": the step that queued it listed the post on the
+// global timeline). A job is deleted once done, so the stream holds only
+// jobs to do.
 func fanoutStreamKey(shard int) string { return prefix + fanoutTag(shard) + ":jobs" }
 
 // fanoutCursorKey is a STRING holding how far a fan-out job has walked its

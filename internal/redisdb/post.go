@@ -92,9 +92,14 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // the global timeline (listGlobalLua) and makes the author due for the
 // archive's mover when the post does; a failure of either is caught and
 // answered rather than failing the script, since the post is stored by
-// then, and the job lists the post on the global timeline in any case. A
+// then. The job says (listed) that this step lists the post, and its
+// worker then leaves the global timeline alone: the listing is in the
+// same atomic step as the job, so it is as much a promise as the job is,
+// and listing it again cost Redis a script call per post. Should the
+// listing fail, the step queues the job again without listed, whose
+// worker lists the post (a job run twice delivers nothing twice). A
 // Redis Cluster refuses the script (its keys span slots), and CreatePost
-// runs the chain there (storeChained).
+// runs the chain there (storeChained), whose jobs list the post.
 //
 // The job carries the author's followers when they are few (at most
 // ARGV[16]) and in the one followers set (no followerBuckets field), read
@@ -125,13 +130,16 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // Returns the error of the global timeline's step and of the due index's,
 // each "" for none.
 var createPostOneRedisScript = newPubScript(addCappedLua + listGlobalLua + storePostLua + `
+local job
 if ARGV[9] ~= '' then
-	local job = {'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2]}
+	job = {'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2]}
 	local most = tonumber(ARGV[16])
 	if most > 0 and not redis.call('HGET', KEYS[7], ARGV[17]) and redis.call('ZCARD', KEYS[6]) <= most then
-		job[9] = 'followers'
-		job[10] = table.concat(redis.call('ZRANGE', KEYS[6], 0, -1), ' ')
+		job[#job + 1] = 'followers'
+		job[#job + 1] = table.concat(redis.call('ZRANGE', KEYS[6], 0, -1), ' ')
 	end
+	job[#job + 1] = 'listed'
+	job[#job + 1] = '1'
 	redis.call('XADD', KEYS[4], '*', unpack(job))
 end
 local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9] ~= '')
@@ -144,6 +152,10 @@ local function failure(ok, err)
 	return tostring(err)
 end
 local globalErr = failure(pcall(listGlobal, KEYS[5], KEYS[9], ARGV[1], ARGV[2], tonumber(ARGV[11]), ARGV[12], ARGV[8]))
+if globalErr ~= '' and job then
+	job[#job], job[#job - 1] = nil, nil
+	redis.call('XADD', KEYS[4], '*', unpack(job))
+end
 local dueErr = ''
 if KEYS[8] then
 	local due = ARGV[15]
@@ -333,7 +345,7 @@ func (s *PostService) storeOneStep(ctx context.Context, p *warble.Post, seqText 
 	// The post and its job are recorded.
 	failed, _ := cmd.StringSlice()
 	if len(failed) == 2 && failed[0] != "" {
-		s.db.log.WarnContext(ctx, "add post to global timeline; its fan-out job will", "post", p.ID, "err", failed[0])
+		s.db.log.WarnContext(ctx, "add post to global timeline; a fan-out job will", "post", p.ID, "err", failed[0])
 	}
 	if len(failed) == 2 && failed[1] != "" {
 		// The author's next post marks them again.

@@ -279,6 +279,10 @@ type job struct {
 	// createPostOneRedisScript).
 	followers []string
 	carried   bool
+	// listed says that the step that queued the job put the post on the
+	// global timeline, atomically with the job (createPostOneRedisScript),
+	// so that the job need not.
+	listed bool
 }
 
 func parseJob(shard int, m redis.XMessage) (job, bool) {
@@ -289,6 +293,7 @@ func parseJob(shard int, m redis.XMessage) (job, bool) {
 		return j, warble.ValidUserID(j.authorID)
 	}
 	j.postID, _ = m.Values["post"].(string)
+	j.listed = m.Values["listed"] == "1"
 	var followers string
 	followers, j.carried = m.Values["followers"].(string)
 	j.followers = strings.Fields(followers)

@@ -68,9 +68,6 @@ type Worker struct {
 	// held are jobs read for this worker in the pipeline that ended its
 	// last job (see run), which its next steps run before it reads more.
 	held []heldJob
-	// nextBatch is when this worker runs its next pipeline of carried
-	// jobs, after one that was not full (see batchEvery).
-	nextBatch time.Time
 }
 
 // heldJob is a job read from a shard's stream and not run yet.
@@ -138,11 +135,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				case <-time.After(w.opts.IdleLook):
 				}
 				waited()
-			} else if wait := time.Until(w.nextBatch); wait > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(wait):
-				}
+			} else {
+				w.db.batcher.pace(ctx)
 			}
 			continue
 		}
@@ -267,14 +261,69 @@ func (w *Worker) readCount() int64 {
 	return jobsAtOnce
 }
 
-// batchEvery is how often, at most, a worker runs a pipeline of carried
-// jobs that is not full (jobsAtOnce). While posts come faster than one a
-// round trip, a worker that ran each job as soon as it was queued would
-// run one or two a round trip, and spend on each what a full pipeline
-// shares; waiting this long lets the next pipeline fill. A post that
-// finds its worker idle runs at once; one queued right after another
-// waits at most this long for its fan-out.
+// batchEvery is how often, at most, the workers of a process run a
+// pipeline of carried jobs that is not full (jobsAtOnce). While posts
+// come faster than one a round trip, a worker that ran each job as soon
+// as it was queued would run one or two a round trip, and spend on each
+// what a full pipeline shares; waiting this long lets the next pipeline
+// fill. A post that finds the workers idle runs at once; one queued right
+// after another waits at most this long for its fan-out.
 const batchEvery = 5 * time.Millisecond
+
+// batchTurn lets one worker of a process at a time run a pipeline of
+// carried jobs, and paces those pipelines for all of them (batchEvery).
+// Two workers that each ran their own pipelines, each paced on its own,
+// ran up to twice as many, each about half as full, side by side, and a
+// request's round trip that came in behind them waited for both; one
+// worker alone had neither, but a walk of many followers held up every
+// small job behind it. With the turn, walks take none: they run on
+// whichever worker read them, while another runs the carried jobs. (In
+// the load tool this changed createPost's p99 at 16 in flight by nothing
+// measurable: BENCHMARKS.md, post-6.)
+type batchTurn struct {
+	token chan struct{} // holds a value while a worker has the turn
+	next  atomic.Int64  // unix ns before which no pipeline that is not full runs
+}
+
+// take waits for the turn and then for its pacing, and reports false if
+// ctx ended first (the worker is stopping; it then has no turn).
+func (t *batchTurn) take(ctx context.Context) bool {
+	select {
+	case t.token <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if !t.pace(ctx) {
+		<-t.token
+		return false
+	}
+	return true
+}
+
+// pace waits until the next pipeline that is not full may run, and
+// reports false if ctx ended first. A worker that ran jobs paces before
+// it reads more, so that it reads as many as came meanwhile.
+func (t *batchTurn) pace(ctx context.Context) bool {
+	wait := time.Until(time.Unix(0, t.next.Load()))
+	if wait <= 0 {
+		return true
+	}
+	select {
+	case <-time.After(wait):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// give hands the turn back; full says whether the pipeline that ran was
+// full, after which the next may run at once.
+func (t *batchTurn) give(full bool) {
+	if !full {
+		t.next.Store(time.Now().Add(batchEvery).UnixNano())
+	}
+	<-t.token
+}
 
 // stepShard runs jobs of a shard: with claim, one of a dead worker, else
 // new ones, up to readCount, read and run as step says.
@@ -596,7 +645,7 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 	if !claimed {
 		// A job taken over may have been run in part, by a worker that
 		// walked the followers: it walks them too (see fanOutCarried).
-		end.followers, end.carried = j.followers, j.carried
+		end.followers, end.carried, end.listed = j.followers, j.carried, j.listed
 	}
 	var reads *[]*redis.XStreamSliceCmd
 	end.readNext, reads = w.readNext(ctx)
@@ -661,7 +710,7 @@ func (w *Worker) readNext(ctx context.Context) (func(redis.Pipeliner), *[]*redis
 // that job to find the post gone and take it off again (doc.go).
 func (w *Worker) runHeld(ctx context.Context) (int, error) {
 	var carried []job
-	rest := w.held[:0]
+	var rest []heldJob
 	for _, h := range w.held {
 		if j, ok := parseJob(h.shard, h.msg); ok && w.runsCarried(j) {
 			carried = append(carried, j)
@@ -669,9 +718,11 @@ func (w *Worker) runHeld(ctx context.Context) (int, error) {
 			rest = append(rest, h)
 		}
 	}
-	clear(w.held[len(rest):])
-	w.held = rest
 	if len(carried) > 0 {
+		if !w.db.batcher.take(ctx) {
+			return 0, nil // stopping: releaseHeld hands them all back
+		}
+		w.held = rest
 		return w.runCarried(ctx, carried)
 	}
 	h := w.held[0]
@@ -691,20 +742,24 @@ func (w *Worker) runsCarried(j job) bool {
 
 // runCarried runs jobs read new that carry their followers, in one
 // pipeline that ends them (fanOutCarried) and may read this worker's next
-// jobs (readNext). It reports how many it finished, and the first error:
+// jobs (readNext). The worker holds the process's batch turn (batchTurn)
+// when it is called, and gives it back once that pipeline has run. It
+// reports how many it finished, and the first error:
 // a job that failed stays pending in the group, for another worker to
 // take over after ClaimIdle, as a job that fails alone does.
 func (w *Worker) runCarried(ctx context.Context, jobs []job) (int, error) {
 	cj := make([]carriedJob, len(jobs))
 	for i, j := range jobs {
 		cj[i] = carriedJob{authorID: j.authorID, seq: j.seq, postID: j.postID,
-			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true}}
-	}
-	if len(jobs) < jobsAtOnce {
-		w.nextBatch = time.Now().Add(batchEvery)
+			end: &jobEnd{shard: j.shard, id: j.id, followers: j.followers, carried: true, listed: j.listed}}
 	}
 	queue, reads := w.readNext(ctx)
-	errs := w.db.fanOutCarried(ctx, cj, queue)
+	errs := func() []error {
+		// Deferred, so that no way out of the pipeline keeps the turn
+		// from the process's other workers.
+		defer w.db.batcher.give(len(jobs) >= jobsAtOnce)
+		return w.db.fanOutCarried(ctx, cj, queue)
+	}()
 	w.holdNext(reads)
 	done := 0
 	var first error
