@@ -115,13 +115,16 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 		// only reads, and queries are stored once they have passed
 		// validation and the limits.
 		use(extension.AutomaticPersistedQuery{Cache: readOnlyCache{cfg.PersistedQueries}})
-		srv.AroundOperations(storeValidatedQuery(cfg.PersistedQueries))
 	}
 	use(extension.FixedComplexityLimit(MaxComplexity))
 	if cfg.Metrics != nil {
 		srv.AroundOperations(metricsInterceptor(cfg.Metrics)) // first, so it times the rest
 	}
 	srv.AroundOperations(authOperation(cfg.Resolver, present))
+	if cfg.PersistedQueries != nil {
+		// After authOperation: a request whose token fails stores nothing.
+		srv.AroundOperations(storeValidatedQuery(cfg.PersistedQueries))
+	}
 	srv.AroundOperations(subscriptionsOnWebsockets(present))
 	loaderWait := cfg.LoaderWait
 	if loaderWait <= 0 {

@@ -5,9 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/warble/warble/internal/redistest"
 )
 
 // TestAutomaticPersistedQueries follows the protocol as Apollo's clients
@@ -110,5 +114,32 @@ func TestPersistedMutationOverGETIsRefusedWithACode(t *testing.T) {
 	}
 	if after := s.home(t, u, 10).bodies(); len(after) != len(before) {
 		t.Fatalf("the refused GET posted: home %q, before %q", after, before)
+	}
+}
+
+// TestPersistedQueryWithBadTokenIsNotStored: a query sent with its hash
+// and a wrong or revoked token is answered UNAUTHENTICATED, and nothing is
+// written, its persisted query neither: a request whose token fails runs
+// nothing, and stores nothing on its way.
+func TestPersistedQueryWithBadTokenIsNotStored(t *testing.T) {
+	s := newTestServer(t)
+	gone := s.signup(t, "apqgone")
+	var out struct{ Logout bool }
+	s.mustQuery(t, gone.Token, `mutation { logout }`, nil, &out)
+	userID, _, _ := strings.Cut(gone.Token, ".")
+	wrong := userID + "." + strings.Repeat("A", 43)
+	rdb := s.redis.Client(t)
+	for i, token := range []string{wrong, gone.Token} {
+		query := fmt.Sprintf(`{ globalTimeline(first: %d) { edges { node { body } } } }`, i+1)
+		sum := sha256.Sum256([]byte(query))
+		ext := map[string]any{"persistedQuery": map[string]any{"version": 1, "sha256Hash": hex.EncodeToString(sum[:])}}
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{"query": query, "extensions": ext}))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		before := redistest.Snapshot(t, rdb)
+		if r := s.send(t, req); r.code() != "UNAUTHENTICATED" {
+			t.Fatalf("a persisted query with a bad token: %+v, want UNAUTHENTICATED", r.Errors)
+		}
+		redistest.AssertUnchanged(t, rdb, before, "a persisted query with a bad token")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,15 +131,20 @@ return {added, newest()}
 // the archive, whose ids home timelines keep.
 //
 // Posts taken off are announced with a RESYNC in the same step, as
-// backfillScript announces its change: one announced in a later step that
+// backfillScript announces its change, and with ARGV[3] set an unfollow
+// that took none off is too: a live home timeline reads which pulled
+// accounts it follows again on a RESYNC, and a pulled followee has no
+// posts in the timeline to take off. One announced in a later step that
 // fails, or never comes (the process died, and the unfollow repeated to
-// repair it takes nothing off), would leave them on the screens of the
-// follower's live home timelines.
+// repair it takes nothing off), would leave the followee's posts on the
+// screens of the follower's live home timelines, or a pulled followee's
+// new posts coming live there.
 //
 // KEYS[1] -> w:u:{<follower>}:home
 // KEYS[2] -> w:u:{<follower>}:following
 // ARGV[1] -> followee id
 // ARGV[2] -> the home channel
+// ARGV[3] -> "1" to announce even if no post was taken off, else "0"
 //
 // Returns how many posts were removed, or -1 if the followee is followed.
 var unbackfillScript = newPubScript(unbackfillLua + `
@@ -146,7 +152,7 @@ if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
 	return -1
 end
 local removed = removeAuthor(KEYS[1], ARGV[1])
-if removed > 0 then
+if removed > 0 or ARGV[3] == '1' then
 	local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 	redis.call('PUBLISH', ARGV[2], 'S ' .. (top[2] or 0))
 end
@@ -307,22 +313,18 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
 		return err
 	}
-	removedPosts, err := s.unbackfill(ctx, followerID, followeeID)
-	if err != nil {
-		return err
+	// Announced in the step that takes the posts off (see
+	// unbackfillScript), also when it takes none: for a new unfollow,
+	// and for a repeated one of a pulled account, which may repair an
+	// unfollow cut short before its announcement. A repeated unfollow of
+	// a pushed account announces only posts it takes off.
+	announce := removedFollow > 0
+	if !announce {
+		pulled, err := s.db.pulledAuthors(ctx)
+		announce = err != nil || slices.Contains(pulled, followeeID)
 	}
-	// The posts taken off were announced in the step that took them (see
-	// unbackfillScript). An unfollow that took none still tells the live
-	// home timeline, which reads its pulled accounts again on a RESYNC:
-	// the followee may be one.
-	if removedFollow > 0 && removedPosts == 0 {
-		newest, err := s.newestInHome(ctx, followerID)
-		if err != nil {
-			return fmt.Errorf("unfollow %s -> %s: %w", followerID, followeeID, err)
-		}
-		s.publishResync(ctx, followerID, newest)
-	}
-	return nil
+	_, err = s.unbackfill(ctx, followerID, followeeID, announce)
+	return err
 }
 
 // checkPair returns the error for a follow or unfollow of followeeID by
@@ -425,24 +427,19 @@ func (s *FollowService) backfill(ctx context.Context, followerID, followeeID str
 }
 
 // unbackfill removes the followee's posts from the follower's home timeline,
-// and announces it, in one step (see unbackfillScript). It returns how many
-// were removed.
-func (s *FollowService) unbackfill(ctx context.Context, followerID, followeeID string) (int64, error) {
+// and announces it, in one step (see unbackfillScript), with announce also
+// when it removes none. It returns how many were removed.
+func (s *FollowService) unbackfill(ctx context.Context, followerID, followeeID string, announce bool) (int64, error) {
+	flag := "0"
+	if announce {
+		flag = "1"
+	}
 	n, err := s.db.pub(unbackfillScript).Run(ctx, s.db.client, []string{homeKey(followerID), followingKey(followerID)},
-		followeeID, homeChannel(followerID)).Int64()
+		followeeID, homeChannel(followerID), flag).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("unfollow %s -> %s: remove posts from home timeline: %w", followerID, followeeID, err)
 	}
 	return max(n, 0), nil // -1: followed again meanwhile; that follow's backfill stands
-}
-
-// newestInHome returns the newest seq in userID's home timeline, 0 if empty.
-func (s *FollowService) newestInHome(ctx context.Context, userID string) (int64, error) {
-	top, err := s.db.client.ZRevRangeWithScores(ctx, homeKey(userID), 0, 0).Result()
-	if err != nil || len(top) == 0 {
-		return 0, err
-	}
-	return int64(top[0].Score), nil
 }
 
 // publishResync tells the follower's live home timelines that a follow or

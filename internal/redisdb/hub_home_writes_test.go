@@ -96,7 +96,7 @@ func TestHubHomeUnfollowCutShort(t *testing.T) {
 	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, false, ""); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := follows.unbackfill(ctx, bob.ID, ada.ID); err != nil || n != 1 {
+	if n, err := follows.unbackfill(ctx, bob.ID, ada.ID, true); err != nil || n != 1 {
 		t.Fatalf("unbackfill = %d, %v; want 1 post taken off", n, err)
 	}
 	// The user unfollows again, which repairs an unfollow cut short.
@@ -121,6 +121,53 @@ func TestHubHomeUnfollowCutShort(t *testing.T) {
 	}
 	if !resync {
 		t.Errorf("post %s, taken off the live home timeline by the unfollow, stays on the subscriber's screen: no RESYNC came", removed.ID)
+	}
+}
+
+// TestHubHomeUnfollowPulledCutShort is TestHubHomeUnfollowCutShort for a
+// pulled followee, whose posts are in no home timeline, so that the
+// unfollow takes nothing off: left before its RESYNC, as a crash (or a
+// PUBLISH that failed) would, and repaired by unfollowing again, which
+// finds the follow gone, the live home timeline must stop routing the
+// followee's posts, which only a RESYNC makes it read again.
+func TestHubHomeUnfollowPulledCutShort(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{PullThreshold: 1})
+	h := newTestHub(t, db)
+	follows := NewFollowService(db)
+	bob := mustSignup(t, db, "bob")
+	other := mustSignup(t, db, "other")
+	celeb := mustSignup(t, db, "celeb")
+	mustFollow(t, db, bob.ID, celeb.ID)
+	mustFollow(t, db, other.ID, celeb.ID)
+	mustCreatePost(t, db, celeb.ID, "pulled from now on")
+	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
+	routed := mustCreatePost(t, db, celeb.ID, "routed")
+	wantAdded(t, nextEvent(t, events), routed)
+
+	// Unfollow's steps before its RESYNC: the following set and the
+	// followers side.
+	if err := db.client.ZRem(ctx, followingKey(bob.ID), celeb.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follows.mirrorFollow(ctx, bob.ID, celeb.ID, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The user unfollows again, which repairs an unfollow cut short.
+	if err := follows.Unfollow(ctx, bob.ID, celeb.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
+	own := mustCreatePost(t, db, bob.ID, "bob's own")
+	for {
+		ev := nextEvent(t, events)
+		if ev.Kind == warble.PostAdded && *ev.PostID == late.ID {
+			t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
+		}
+		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
+			break
+		}
 	}
 }
 
