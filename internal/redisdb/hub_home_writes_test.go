@@ -90,12 +90,7 @@ func TestHubHomeUnfollowCutShort(t *testing.T) {
 	wantAdded(t, nextEvent(t, events), removed)
 
 	// Unfollow's steps up to taking ada's posts off, and no further.
-	if err := db.client.ZRem(ctx, followingKey(bob.ID), ada.ID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, false, ""); err != nil {
-		t.Fatal(err)
-	}
+	unfollowSides(t, db, follows, bob.ID, ada.ID)
 	if n, err := follows.unbackfill(ctx, bob.ID, ada.ID, true); err != nil || n != 1 {
 		t.Fatalf("unbackfill = %d, %v; want 1 post taken off", n, err)
 	}
@@ -145,14 +140,8 @@ func TestHubHomeUnfollowPulledCutShort(t *testing.T) {
 	routed := mustCreatePost(t, db, celeb.ID, "routed")
 	wantAdded(t, nextEvent(t, events), routed)
 
-	// Unfollow's steps before its RESYNC: the following set and the
-	// followers side.
-	if err := db.client.ZRem(ctx, followingKey(bob.ID), celeb.ID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := follows.mirrorFollow(ctx, bob.ID, celeb.ID, false, ""); err != nil {
-		t.Fatal(err)
-	}
+	// Unfollow's steps before its RESYNC.
+	unfollowSides(t, db, follows, bob.ID, celeb.ID)
 	// The user unfollows again, which repairs an unfollow cut short.
 	if err := follows.Unfollow(ctx, bob.ID, celeb.ID); err != nil {
 		t.Fatal(err)
@@ -255,5 +244,18 @@ func TestHubHomeUnfollowedPulledPost(t *testing.T) {
 		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
 			break
 		}
+	}
+}
+
+// unfollowSides runs the first two steps of an unfollow and no more: the
+// follower's following set, the truth, then the followee's followers side.
+func unfollowSides(t *testing.T, db *DB, follows *FollowService, followerID, followeeID string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.client.ZRem(ctx, followingKey(followerID), followeeID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follows.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
+		t.Fatal(err)
 	}
 }
