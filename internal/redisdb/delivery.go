@@ -96,6 +96,9 @@ return 1
 // ARGV[5] -> the added message
 // ARGV[6] -> the inactive cutoff, unix ms (0: none)
 // ARGV[6+i] -> the i-th follower's home channel
+// KEYS[3n+1] -> for a call in the pipeline that ends its job, the job's
+// delivery mark, w:{fanout}:delivered:<entry id>, counted up once the
+// call's deliveries are all done (see finishFanOutLua)
 //
 // Returns how many of the followers it added the post for.
 //
@@ -107,7 +110,7 @@ return 1
 var deliverBatchScript = newPubScript(finishFanOutLua + addCappedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
-local n = #KEYS / 3
+local n = math.floor(#KEYS / 3)
 local seen = {}
 if cutoff > 0 then
 	local keys = {}
@@ -139,6 +142,9 @@ for i = 1, n do
 		end
 	end
 end
+if #KEYS > 3 * n then
+	redis.call('INCR', KEYS[#KEYS])
+end
 return added
 `)
 
@@ -155,50 +161,77 @@ return added
 // one XDEL and one DEL for all of them, where a call per job cost Redis a
 // script call and those three commands per post.
 //
+// A pipeline runs each of its commands whatever the others answered, so
+// the end would run after deliveries that Redis refused (a Redis at its
+// maxmemory refuses their writes, and not the end's, which frees memory),
+// and the job would leave the stream with its post on none of those
+// followers. So each delivery call of the pipeline counts up the job's
+// mark once its deliveries are all done, the pipeline drops the mark
+// before them, and the end ends only a job whose mark counts all of its
+// calls; the others stay pending, to be taken over and run again.
+//
 // KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs, the jobs' stream
-// KEYS[2i] -> the i-th job's post, w:u:{<author>}:p:<seq>
-// KEYS[2i+1] -> the i-th job's cursor, w:{fanout}:cursor:<entry id>
+// KEYS[3i-1] -> the i-th job's post, w:u:{<author>}:p:<seq>
+// KEYS[3i] -> the i-th job's cursor, w:{fanout}:cursor:<entry id>
+// KEYS[3i+1] -> the i-th job's mark, w:{fanout}:delivered:<entry id>
 // ARGV[1] -> "finish"
 // ARGV[2] -> the consumer group
 // ARGV[3] -> fanOutPendingField
 // ARGV[3+i] -> the i-th job's entry id
+// ARGV[3+m+i] -> how many delivery calls the i-th job's pipeline sent
+// (m jobs)
 //
 // Returns, for each job in turn, 1 if the hash exists (and the job is
-// finished), else 0.
+// finished), 0 if it does not, -1 if the job's deliveries are not all
+// done (and it is not finished).
 const finishFanOutLua = `
 if ARGV[1] == 'finish' then
-	local found, ids, cursors = {}, {}, {}
-	for i = 1, #ARGV - 3 do
-		found[i] = redis.call('EXISTS', KEYS[2 * i])
+	local m = (#KEYS - 1) / 3
+	local found, ids, ended = {}, {}, {}
+	for i = 1, m do
+		local post, mark = KEYS[3 * i - 1], KEYS[3 * i + 1]
+		found[i] = redis.call('EXISTS', post)
+		if found[i] == 1 and tonumber(redis.call('GET', mark) or '0') < tonumber(ARGV[3 + m + i]) then
+			found[i] = -1
+		end
 		if found[i] == 1 then
-			redis.call('HDEL', KEYS[2 * i], ARGV[3])
+			redis.call('HDEL', post, ARGV[3])
 			ids[#ids + 1] = ARGV[3 + i]
-			cursors[#cursors + 1] = KEYS[2 * i + 1]
+			ended[#ended + 1] = KEYS[3 * i]
+			ended[#ended + 1] = mark
 		end
 	end
 	if #ids > 0 then
 		redis.call('XACK', KEYS[1], ARGV[2], unpack(ids))
 		redis.call('XDEL', KEYS[1], unpack(ids))
-		redis.call('DEL', unpack(cursors))
+		redis.call('DEL', unpack(ended))
 	end
 	return found
 end
 `
 
 // finishJobs queues on pipe the end of jobs of one shard, each of one
-// batch, after their deliveries (finishFanOutLua). The i-th of the
-// answer's values is the i-th job's.
-func (db *DB) finishJobs(ctx context.Context, pipe redis.Pipeliner, shard int, jobs []carriedJob) *redis.Cmd {
-	keys := make([]string, 1, 1+2*len(jobs))
+// batch, after their deliveries (finishFanOutLua); calls[i] is how many
+// delivery calls the i-th job's pipeline sent, each with its mark. The
+// i-th of the answer's values is the i-th job's.
+func (db *DB) finishJobs(ctx context.Context, pipe redis.Pipeliner, shard int, jobs []carriedJob, calls []int) *redis.Cmd {
+	keys := make([]string, 1, 1+3*len(jobs))
 	keys[0] = fanoutStreamKey(shard)
-	args := make([]any, 3, 3+len(jobs))
+	args := make([]any, 3, 3+2*len(jobs))
 	args[0], args[1], args[2] = "finish", fanOutGroup, fanOutPendingField
 	for _, j := range jobs {
-		keys = append(keys, postKey(j.authorID, strconv.FormatInt(j.seq, 10)), fanoutCursorKey(shard, j.end.id))
+		keys = append(keys, postKey(j.authorID, strconv.FormatInt(j.seq, 10)), fanoutCursorKey(shard, j.end.id), fanoutMarkKey(shard, j.end.id))
 		args = append(args, j.end.id)
+	}
+	for _, n := range calls {
+		args = append(args, n)
 	}
 	return db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, args...)
 }
+
+// errUndelivered is a job's error when the end of its pipeline found that
+// some of its delivery calls failed (finishFanOutLua): those answered why.
+var errUndelivered = errors.New("deliveries not all done; the job stays pending")
 
 // OneRedisScripts returns the SHA1s of the scripts Warble runs only on one
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
@@ -216,7 +249,7 @@ const deliverBatch = 250
 // queueDeliveries queues on pipe the guarded delivery of a post to the
 // home timelines of followers, and returns the commands whose integer
 // replies add up to how many it was delivered to.
-func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers []string,
+func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followers []string, mark string,
 	seqText, postID, authorID, added string, cutoff int64) []*redis.Cmd {
 	if db.onCluster() {
 		return queueEach(ctx, pipe, db.pub(deliverScript).Hash(), followers, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)
@@ -226,7 +259,7 @@ func (db *DB) queueDeliveries(ctx context.Context, pipe redis.Pipeliner, followe
 	for len(followers) > 0 {
 		part := followers[:min(deliverBatch, len(followers))]
 		followers = followers[len(part):]
-		cmd := redis.NewCmd(ctx, deliverBatchArgs(sha, part, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)...)
+		cmd := redis.NewCmd(ctx, deliverBatchArgs(sha, part, mark, seqText, postID, authorID, db.opts.HomeCap, added, cutoff)...)
 		cmd.SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, cmd)
 		cmds = append(cmds, cmd)
@@ -301,13 +334,20 @@ func deliveryNames(followers []string) []string {
 
 // deliverBatchArgs returns the EVALSHA of deliverBatchScript, whose SHA1 is
 // sha, for followers.
-func deliverBatchArgs(sha string, followers []string, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
+func deliverBatchArgs(sha string, followers []string, mark, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
 	n := len(followers)
 	names := deliveryNames(followers)
-	args := make([]any, 0, 3+len(names)+6)
-	args = append(args, "evalsha", sha, 3*n)
+	args := make([]any, 0, 4+len(names)+6)
+	if mark == "" {
+		args = append(args, "evalsha", sha, 3*n)
+	} else {
+		args = append(args, "evalsha", sha, 3*n+1)
+	}
 	for i := range names[:3*n] {
 		args = append(args, &names[i])
+	}
+	if mark != "" {
+		args = append(args, mark)
 	}
 	args = append(args, seqText, postID, authorID, homeCap, added, cutoff)
 	for i := range names[3*n:] {
@@ -593,10 +633,15 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 				}
 			}
 			err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-				cmds = db.queueDeliveries(ctx, pipe, followers, seqText, postID, authorID, added, cutoff)
+				mark := ""
+				if finishing {
+					mark = fanoutMarkKey(end.shard, end.id)
+					pipe.Del(ctx, mark)
+				}
+				cmds = db.queueDeliveries(ctx, pipe, followers, mark, seqText, postID, authorID, added, cutoff)
 				if finishing {
 					finish = db.finishJobs(ctx, pipe, end.shard,
-						[]carriedJob{{authorID: authorID, seq: seq, postID: postID, end: end}})
+						[]carriedJob{{authorID: authorID, seq: seq, postID: postID, end: end}}, []int{len(cmds)})
 					if end.readNext != nil {
 						end.readNext(pipe)
 					}
@@ -634,6 +679,10 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			if finishing {
 				if f, _ := finish.Int64Slice(); len(f) == 1 {
 					found = f[0]
+				}
+				if found == -1 {
+					b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, errUndelivered)}
+					return
 				}
 			} else {
 				found = exists.Val()
@@ -785,15 +834,18 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 			if !j.end.listed {
 				c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
 			}
-			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, c.seqText, j.postID, j.authorID, c.added, cutoff)
+			mark := fanoutMarkKey(j.end.shard, j.end.id)
+			pipe.Del(ctx, mark)
+			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, mark, c.seqText, j.postID, j.authorID, c.added, cutoff)
 		}
 		// After every job's writes, so that each job's check follows them.
 		for _, s := range shards {
 			these := make([]carriedJob, len(byShard[s]))
+			calls := make([]int, len(byShard[s]))
 			for k, i := range byShard[s] {
-				these[k] = jobs[i]
+				these[k], calls[k] = jobs[i], len(all[i].cmds)
 			}
-			finish := db.finishJobs(ctx, pipe, s, these)
+			finish := db.finishJobs(ctx, pipe, s, these, calls)
 			for _, i := range byShard[s] {
 				all[i].finish = finish
 			}
@@ -832,8 +884,12 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		if db.opts.Delivered != nil && n > 0 {
 			db.opts.Delivered(n)
 		}
-		if found, _ := c.finish.Int64Slice(); c.at < len(found) && found[c.at] == 1 {
+		found, _ := c.finish.Int64Slice()
+		if c.at < len(found) && found[c.at] == 1 {
 			j.end.finished = true
+			continue
+		} else if c.at < len(found) && found[c.at] == -1 {
+			errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, errUndelivered)
 			continue
 		}
 		errs[i] = db.undoCarried(ctx, j)

@@ -103,8 +103,9 @@
 //     worker acknowledges a job only after its last batch, in the same
 //     atomic step that drops its progress cursor: a MULTI, or on one Redis,
 //     for a job of one batch, a script at the end of that batch's pipeline
-//     that acknowledges only if the batch's check finds the post
-//     (finishFanOutLua).
+//     that acknowledges only if the batch's check finds the post and the
+//     pipeline's deliveries all ran (finishFanOutLua: a pipeline runs a
+//     command whatever the others answered).
 //   - A worker that dies leaves its job pending in the group. Any other
 //     worker takes it over with XAUTOCLAIM once it has been idle for
 //     ClaimIdle; a live worker touches its job after every batch (XCLAIM to

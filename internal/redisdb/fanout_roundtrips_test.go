@@ -3,6 +3,7 @@ package redisdb
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -796,5 +797,74 @@ func TestCarriedJobsEndTogether(t *testing.T) {
 	}
 	if pending := mustPending(t, db, author); pending != 0 {
 		t.Errorf("%d jobs pending in the group, want none", pending)
+	}
+}
+
+// TestRefusedDeliveriesKeepTheJobPending: a Redis at its maxmemory
+// (noeviction) refuses a job's deliveries, whose first write is a ZADD,
+// and not the end of the job in the same pipeline, whose commands free
+// memory or leave it be (HDEL, XACK, XDEL, DEL). The job must stay
+// pending then, so that it is run again once Redis has room, rather than
+// end with its post on none of its followers' timelines: a job that
+// carries its followers (its pipeline ends it with others, fanOutCarried)
+// and one of one batch that walks them (fanOutJob).
+func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
+	for _, carried := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Carried", false: "Walked"}[carried], func(t *testing.T) {
+			ctx := context.Background()
+			db, followers, postID, w := newSmallJob(t)
+			if db.onCluster() {
+				t.Skip("a Redis Cluster ends a job in a MULTI after its deliveries answered")
+			} else if os.Getenv("REDISTEST_EMBEDDED") == "1" {
+				t.Skip("needs redis-server's maxmemory, which the embedded Redis has not")
+			}
+			if !carried {
+				requeueWithoutFollowers(t, db, postID)
+			}
+			author, _, _ := splitPostID(postID)
+			limit := db.client.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]
+			policy := db.client.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+			t.Cleanup(func() {
+				db.client.ConfigSet(ctx, "maxmemory", limit)
+				db.client.ConfigSet(ctx, "maxmemory-policy", policy)
+			})
+			db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+				if err := db.client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+					return err
+				}
+				return db.client.ConfigSet(ctx, "maxmemory", "1").Err()
+			}})
+			if _, err := w.step(ctx); err == nil {
+				t.Error("step at maxmemory: no error")
+			}
+			if err := db.client.ConfigSet(ctx, "maxmemory", limit).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if pending := mustPending(t, db, author); pending == 0 {
+				t.Error("no job pending after its deliveries were refused")
+			}
+			// What a worker that takes the job over does.
+			w.nextClaim = time.Time{}
+			w.opts.ClaimIdle = time.Millisecond
+			time.Sleep(5 * time.Millisecond)
+			for {
+				n, err := w.step(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n == 0 {
+					break
+				}
+			}
+			if got := holding(t, db, followers, postID); got != len(followers) {
+				t.Errorf("%d of %d followers hold %s", got, len(followers), postID)
+			}
+			if pending := mustPending(t, db, author); pending != 0 {
+				t.Errorf("%d jobs pending once run again, want none", pending)
+			}
+			if marks := db.client.Keys(ctx, prefix+"*:delivered:*").Val(); len(marks) != 0 {
+				t.Errorf("delivery marks outlived their jobs: %v", marks)
+			}
+		})
 	}
 }

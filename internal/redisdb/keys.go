@@ -193,6 +193,14 @@ func fanoutCursorKey(shard int, entryID string) string {
 	return prefix + fanoutTag(shard) + ":cursor:" + entryID
 }
 
+// fanoutMarkKey is a STRING counting the delivery calls of a fan-out job's
+// pipeline that are done, for the end in that pipeline (finishFanOutLua),
+// in its stream's slot, deleted with the job: w:{fanout}:delivered:<entry
+// id>, w:{fanout:<i>}:delivered:<entry id>.
+func fanoutMarkKey(shard int, entryID string) string {
+	return prefix + fanoutTag(shard) + ":delivered:" + entryID
+}
+
 // outboxIndexKey is a ZSET of the fan-out jobs of one shard that may sit in
 // their author's outbox unqueued, "<op> <post id>" scored by when they were
 // recorded (unix ms): w:{fanout}:outboxes, w:{fanout:<i>}:outboxes. A job

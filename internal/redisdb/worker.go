@@ -835,7 +835,7 @@ func (w *Worker) finish(ctx context.Context, shard int, id string) error {
 	_, err := w.db.client.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.XAck(ctx, fanoutStreamKey(shard), fanOutGroup, id)
 		pipe.XDel(ctx, fanoutStreamKey(shard), id)
-		pipe.Del(ctx, fanoutCursorKey(shard, id))
+		pipe.Del(ctx, fanoutCursorKey(shard, id), fanoutMarkKey(shard, id))
 		return nil
 	})
 	if err != nil {
