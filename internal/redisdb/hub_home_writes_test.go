@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,24 +48,8 @@ func TestHubHomeFollowCutShort(t *testing.T) {
 	mustFollow(t, db, bob.ID, ada.ID)
 
 	last := mustCreatePost(t, db, cat.ID, "last")
-	var got, resync bool
-	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.Resync {
-			resync = true
-			continue
-		}
-		if ev.Kind != warble.PostAdded {
-			t.Fatalf("got %s", ev.Kind)
-		}
-		if *ev.PostID == backfilled.ID {
-			got = true
-		}
-		if *ev.PostID == last.ID {
-			break
-		}
-	}
-	if !got && !resync {
+	added, resync := homeEventsUntil(t, events, last.ID)
+	if !slices.Contains(added, backfilled.ID) && !resync {
 		t.Errorf("post %s, added to the live home timeline by the follow's backfill, never came: neither as POST_ADDED nor as a RESYNC", backfilled.ID)
 	}
 }
@@ -100,21 +85,7 @@ func TestHubHomeUnfollowCutShort(t *testing.T) {
 	}
 
 	last := mustCreatePost(t, db, cat.ID, "last")
-	var resync bool
-	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.Resync {
-			resync = true
-			continue
-		}
-		if ev.Kind != warble.PostAdded {
-			t.Fatalf("got %s", ev.Kind)
-		}
-		if *ev.PostID == last.ID {
-			break
-		}
-	}
-	if !resync {
+	if _, resync := homeEventsUntil(t, events, last.ID); !resync {
 		t.Errorf("post %s, taken off the live home timeline by the unfollow, stays on the subscriber's screen: no RESYNC came", removed.ID)
 	}
 }
@@ -149,14 +120,8 @@ func TestHubHomeUnfollowPulledCutShort(t *testing.T) {
 
 	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
 	own := mustCreatePost(t, db, bob.ID, "bob's own")
-	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.PostAdded && *ev.PostID == late.ID {
-			t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
-		}
-		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
-			break
-		}
+	if added, _ := homeEventsUntil(t, events, own.ID); slices.Contains(added, late.ID) {
+		t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
 	}
 }
 
@@ -236,14 +201,8 @@ func TestHubHomeUnfollowedPulledPost(t *testing.T) {
 	close(hold.gate)
 
 	own := mustCreatePost(t, db, bob.ID, "bob's own")
-	for {
-		ev := nextEvent(t, events)
-		if ev.Kind == warble.PostAdded && *ev.PostID == late.ID {
-			t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
-		}
-		if ev.Kind == warble.PostAdded && *ev.PostID == own.ID {
-			break
-		}
+	if added, _ := homeEventsUntil(t, events, own.ID); slices.Contains(added, late.ID) {
+		t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
 	}
 }
 
@@ -257,5 +216,26 @@ func unfollowSides(t *testing.T, db *DB, follows *FollowService, followerID, fol
 	}
 	if _, err := follows.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// homeEventsUntil reads a home timeline's events until the POST_ADDED of
+// lastID, and returns the ids of the posts added, lastID's included, and
+// whether a RESYNC came meanwhile. Any other kind of event fails the test.
+func homeEventsUntil(t *testing.T, events <-chan *warble.TimelineEvent, lastID string) (added []string, resync bool) {
+	t.Helper()
+	for {
+		ev := nextEvent(t, events)
+		switch ev.Kind {
+		case warble.Resync:
+			resync = true
+		case warble.PostAdded:
+			added = append(added, *ev.PostID)
+			if *ev.PostID == lastID {
+				return added, resync
+			}
+		default:
+			t.Fatalf("got %s", ev.Kind)
+		}
 	}
 }
