@@ -59,18 +59,11 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 	if err := page.Validate(warble.MaxPageSize); err != nil {
 		return nil, err
 	}
-	max := "+inf"
 	// below is the seq the page has read down to: the cursor's, then the
 	// last entry read. bounded is false while there is neither.
-	var below int64
-	bounded := false
-	if page.After != nil {
-		after, err := warble.ParsePostCursor(*page.After)
-		if err != nil {
-			return nil, err
-		}
-		max = "(" + strconv.FormatInt(after, 10)
-		below, bounded = after, true
+	max, below, bounded, err := pageTop(page)
+	if err != nil {
+		return nil, err
 	}
 	tl := &warble.Timeline{Edges: []*warble.PostEdge{}}
 	key, _, ok := feedKeys(feed)
@@ -225,15 +218,25 @@ func homeFirstRead(userID string, page warble.PageArgs) (redis.ZRangeArgs, bool)
 	if page.Validate(warble.MaxPageSize) != nil || !warble.ValidUserID(userID) {
 		return redis.ZRangeArgs{}, false
 	}
-	max := "+inf"
-	if page.After != nil {
-		after, err := warble.ParsePostCursor(*page.After)
-		if err != nil {
-			return redis.ZRangeArgs{}, false
-		}
-		max = "(" + strconv.FormatInt(after, 10)
+	max, _, _, err := pageTop(page)
+	if err != nil {
+		return redis.ZRangeArgs{}, false
 	}
 	return pageRead(homeKey(userID), max, page.First+1), true
+}
+
+// pageTop returns where a page's first range read starts (a ZRANGE BYSCORE
+// bound: "+inf", or below its cursor), and the cursor's seq, bounded false
+// for a page without one.
+func pageTop(page warble.PageArgs) (max string, after int64, bounded bool, err error) {
+	if page.After == nil {
+		return "+inf", 0, false, nil
+	}
+	after, err = warble.ParsePostCursor(*page.After)
+	if err != nil {
+		return "", 0, false, err
+	}
+	return "(" + strconv.FormatInt(after, 10), after, true, nil
 }
 
 // postEdges returns the edges of posts, in their order, with their
