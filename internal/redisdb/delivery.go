@@ -106,8 +106,10 @@ return 1
 // instead, at the end of that batch's pipeline, after its deliveries (see
 // finishFanOutLua): the same script, so that a Redis that lost its
 // scripts refuses the deliveries and the end alike, and never runs the
-// end of a job whose deliveries it refused.
-var deliverBatchScript = newPubScript(finishFanOutLua + addCappedLua + `
+// end of a job whose deliveries it refused. Called with ARGV[1] "list", it
+// lists a carried job's post on the global timeline and counts the job's
+// mark (see listCarriedLua).
+var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + listCarriedLua + addCappedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local n = math.floor(#KEYS / 3)
@@ -166,9 +168,11 @@ return added
 // maxmemory refuses their writes, and not the end's, which frees memory),
 // and the job would leave the stream with its post on none of those
 // followers. So each delivery call of the pipeline counts up the job's
-// mark once its deliveries are all done, the pipeline drops the mark
-// before them, and the end ends only a job whose mark counts all of its
-// calls; the others stay pending, to be taken over and run again.
+// mark once its deliveries are all done (and so does the listing of a
+// carried job's post on the global timeline, listCarriedLua), the
+// pipeline drops the mark before them, and the end ends only a job whose
+// mark counts all of its calls; the others stay pending, to be taken over
+// and run again.
 //
 // KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs, the jobs' stream
 // KEYS[3i-1] -> the i-th job's post, w:u:{<author>}:p:<seq>
@@ -178,8 +182,8 @@ return added
 // ARGV[2] -> the consumer group
 // ARGV[3] -> fanOutPendingField
 // ARGV[3+i] -> the i-th job's entry id
-// ARGV[3+m+i] -> how many delivery calls the i-th job's pipeline sent
-// (m jobs)
+// ARGV[3+m+i] -> how many calls that count the mark (deliveries and
+// listing) the i-th job's pipeline sent (m jobs)
 //
 // Returns, for each job in turn, 1 if the hash exists (and the job is
 // finished), 0 if it does not, -1 if the job's deliveries are not all
@@ -210,10 +214,49 @@ if ARGV[1] == 'finish' then
 end
 `
 
+// listCarriedLua is deliverBatchScript's "list" entry: on one Redis, in
+// the pipeline of a carried job whose step did not list its post
+// (fanOutCarried), it lists the post on the global timeline (listGlobal)
+// and then counts up the job's mark, as a delivery call does. The end
+// (finishFanOutLua) counts the listing among the job's calls, so a job
+// whose listing Redis refused (a WRONGTYPE, say, which refuses no
+// delivery) stays pending rather than end with its post on no global
+// timeline: a script stops at a command that fails, before the INCR.
+//
+// KEYS[1] -> the job's mark, w:{fanout}:delivered:<entry id>
+// KEYS[2] -> w:global
+// KEYS[3] -> w:{w:global}:tail (with an archive)
+// ARGV[1] -> "list"
+// ARGV[2] -> post seq
+// ARGV[3] -> post id
+// ARGV[4] -> the timeline's cap
+// ARGV[5] -> the timeline's channel
+// ARGV[6] -> the added message
+//
+// Returns what listGlobal returns.
+const listCarriedLua = `
+if ARGV[1] == 'list' then
+	local added = listGlobal(KEYS[2], KEYS[3], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6])
+	redis.call('INCR', KEYS[1])
+	return added
+end
+`
+
+// listCarried queues on pipe the listing of a carried job's post on the
+// global timeline that counts up the job's mark (listCarriedLua).
+func (db *DB) listCarried(ctx context.Context, pipe redis.Pipeliner, mark, seqText, postID, added string) *redis.Cmd {
+	keys := []string{mark, globalKey}
+	if db.opts.Archive != nil {
+		keys = append(keys, globalTailKey)
+	}
+	return db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, "list", seqText, postID, db.opts.GlobalCap, globalChannel, added)
+}
+
 // finishJobs queues on pipe the end of jobs of one shard, each of one
 // batch, after their deliveries (finishFanOutLua); calls[i] is how many
-// delivery calls the i-th job's pipeline sent, each with its mark. The
-// i-th of the answer's values is the i-th job's.
+// calls of the i-th job's pipeline count its mark (its deliveries, and its
+// listing when it lists). The i-th of the answer's values is the i-th
+// job's.
 func (db *DB) finishJobs(ctx context.Context, pipe redis.Pipeliner, shard int, jobs []carriedJob, calls []int) *redis.Cmd {
 	keys := make([]string, 1, 1+3*len(jobs))
 	keys[0] = fanoutStreamKey(shard)
@@ -831,11 +874,11 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for i, j := range jobs {
 			c := &all[i]
-			if !j.end.listed {
-				c.global = db.listGlobal(ctx, pipe, c.seqText, j.postID, c.added)
-			}
 			mark := fanoutMarkKey(j.end.shard, j.end.id)
 			pipe.Del(ctx, mark)
+			if !j.end.listed {
+				c.global = db.listCarried(ctx, pipe, mark, c.seqText, j.postID, c.added)
+			}
 			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, mark, c.seqText, j.postID, j.authorID, c.added, cutoff)
 		}
 		// After every job's writes, so that each job's check follows them.
@@ -844,6 +887,9 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 			calls := make([]int, len(byShard[s]))
 			for k, i := range byShard[s] {
 				these[k], calls[k] = jobs[i], len(all[i].cmds)
+				if all[i].global != nil {
+					calls[k]++ // the listing counts the mark too
+				}
 			}
 			finish := db.finishJobs(ctx, pipe, s, these, calls)
 			for _, i := range byShard[s] {
@@ -853,7 +899,7 @@ func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext fun
 		if readNext != nil {
 			readNext(pipe)
 		}
-	}, db.pub(listGlobalScript), db.pub(deliverBatchScript))
+	}, db.pub(deliverBatchScript))
 	errs := make([]error, len(jobs))
 	for i, j := range jobs {
 		c := &all[i]

@@ -61,6 +61,7 @@ func TestSmallFanOutJobRoundTrips(t *testing.T) {
 			if !tt.carried {
 				requeueWithoutFollowers(t, db, postID)
 			}
+			mustLoadJobScripts(t, db)
 			counter := &redistest.RoundTrips{}
 			db.client.AddHook(counter)
 			if n, err := w.step(ctx); err != nil || n != 1 {
@@ -88,6 +89,23 @@ func TestSmallFanOutJobRoundTrips(t *testing.T) {
 				t.Error("the post still waits for its fan-out")
 			}
 		})
+	}
+}
+
+// mustLoadJobScripts loads the scripts of a small fan-out job into Redis
+// and has runScripts know it, for tests that count a job's round trips or
+// pipelines: a process loads a script at its first use (and again after
+// Redis answered NOSCRIPT, as it does after another test's SCRIPT FLUSH),
+// which is no cost of the job. The carried job of newSmallJob's first post
+// does not list its post, so a walked job is the first to use
+// listGlobalScript.
+func mustLoadJobScripts(tb testing.TB, db *DB) {
+	tb.Helper()
+	for _, s := range []*redis.Script{db.pub(listGlobalScript), db.deliveryScripts()} {
+		if err := s.Load(context.Background(), db.client).Err(); err != nil {
+			tb.Fatal(err)
+		}
+		scriptLoads.Store(s, struct{}{})
 	}
 }
 
@@ -401,6 +419,7 @@ func TestFanOutChecksAfterItsWrites(t *testing.T) {
 				requeueWithoutFollowers(t, db, postID)
 			}
 			author, seq, _ := splitPostID(postID)
+			mustLoadJobScripts(t, db)
 			rec := &pipelineLog{}
 			db.client.AddHook(rec)
 			if n, err := w.step(ctx); err != nil || n != 1 {
@@ -866,5 +885,67 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 				t.Errorf("delivery marks outlived their jobs: %v", marks)
 			}
 		})
+	}
+}
+
+// TestRefusedListingKeepsTheJobPending: a job that carries its followers
+// and whose step did not list its post (that listing failed, so the step
+// queued it without listed) lists the post in its pipeline, before its
+// deliveries. Redis refusing that listing alone (here a string where the
+// global timeline should be: WRONGTYPE, not maxmemory, which would refuse
+// the deliveries too) must keep the job pending, to be run again once the
+// timeline takes the post, rather than end it with the post on no global
+// timeline.
+func TestRefusedListingKeepsTheJobPending(t *testing.T) {
+	ctx := context.Background()
+	db, followers, postID, w := newSmallJob(t)
+	if db.chainedPosts {
+		t.Skip("a Redis Cluster queues jobs through the outbox, and lists the post before its deliveries")
+	}
+	author, _, _ := splitPostID(postID)
+	for {
+		n, err := w.step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		} else if n == 0 {
+			break
+		}
+	}
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlisted := mustQueuePost(t, db, author, "its listings fail")
+	if _, err := w.step(ctx); err == nil {
+		t.Error("step with its listing refused: no error")
+	}
+	if pending := mustPending(t, db, author); pending == 0 {
+		t.Error("no job pending after its listing was refused")
+	}
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// What a worker that takes the job over does.
+	w.nextClaim = time.Time{}
+	w.opts.ClaimIdle = time.Millisecond
+	time.Sleep(5 * time.Millisecond)
+	for {
+		n, err := w.step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		} else if n == 0 {
+			break
+		}
+	}
+	if err := db.client.ZScore(ctx, globalKey, unlisted).Err(); err != nil {
+		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
+	}
+	if got := holding(t, db, followers, unlisted); got != len(followers) {
+		t.Errorf("%d of %d followers hold %s", got, len(followers), unlisted)
+	}
+	if pending := mustPending(t, db, author); pending != 0 {
+		t.Errorf("%d jobs pending once run again, want none", pending)
+	}
+	if marks := db.client.Keys(ctx, prefix+"*:delivered:*").Val(); len(marks) != 0 {
+		t.Errorf("delivery marks outlived their jobs: %v", marks)
 	}
 }
