@@ -184,6 +184,10 @@ type DB struct {
 	// begins, by tests that fail a master over between a write and its
 	// wait, or look at what it waits for.
 	beforeWait func(ctx context.Context)
+	// mirrorWritten, if set, is called by mirrorFollow after each write of
+	// the followers side and before its read of the truth, by tests that
+	// race a fan-out or another writer against it there.
+	mirrorWritten func(followerID, followeeID string)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

@@ -264,6 +264,10 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	}
 	status, _ := res[0].(int64)
 	if status < 0 {
+		// Nothing was written: the count checkPair made goes.
+		if err := confirmMirrorScript.Run(ctx, s.db.client, []string{followersUnsureKey(followeeID)}, followerID).Err(); err != nil {
+			return fmt.Errorf("follow %s -> %s: %w", followerID, followeeID, err)
+		}
 		return warble.Errorf(warble.EINVALID,
 			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
 	}
@@ -329,7 +333,9 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 
 // checkPair returns the error for a follow or unfollow of followeeID by
 // followerID that cannot be made: malformed ids, oneself (selfErr), or a
-// user who does not exist.
+// user who does not exist. For a pair that can be, it counts the follower
+// up in the followee's unsure hash in the same step (unsureScript), which
+// the caller's mirrorFollow counts down.
 func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID string, selfErr error) error {
 	if !warble.ValidUserID(followerID) || !warble.ValidUserID(followeeID) {
 		return errBadUserID
@@ -337,7 +343,7 @@ func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID st
 	if followerID == followeeID {
 		return selfErr
 	}
-	n, err := s.db.client.Exists(ctx, userKey(followeeID)).Result()
+	n, err := unsureScript.Run(ctx, s.db.client, []string{userKey(followeeID), followersUnsureKey(followeeID)}, followerID).Int()
 	if err != nil {
 		return fmt.Errorf("follow %s -> %s: find followee: %w", followerID, followeeID, err)
 	} else if n == 0 {
@@ -345,6 +351,28 @@ func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID st
 	}
 	return nil
 }
+
+// unsureScript counts a follower up in an existing account's unsure hash,
+// before a follow or unfollow of the pair writes the truth: from then
+// until mirrorFollow confirms that the followers side agrees with the
+// truth, the follower's entry there may be stale (see doc.go, "Raw
+// deliveries repaired after the fact"). Counted after the truth, a writer
+// that died between the truth and the followers side would leave a stale
+// entry that nothing marks. It does nothing for an account that does not
+// exist.
+//
+// KEYS[1] -> w:u:{<followee>}
+// KEYS[2] -> w:u:{<followee>}:followers-unsure
+// ARGV[1] -> follower id
+//
+// Returns 1 if the account exists, else 0.
+var unsureScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+	return 0
+end
+redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+return 1
+`)
 
 // mirrorFollow makes the followee's followers set agree with the follower's
 // following set, the truth, which the caller last saw as (following, at).
@@ -358,6 +386,13 @@ func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID st
 // the read after the write. A write of the mirror is the one set, and the
 // follower's bucket too for an account whose followers are in buckets or
 // moving there (mirrorFollower). It returns the keys of the last write.
+//
+// Once the truth agrees with the last write, it counts the follower down
+// in the followee's unsure hash, which the caller counted up before it
+// wrote the truth (checkPair). A writer that dies or fails between leaves
+// the follower counted for good, which costs fan-out a check of the truth
+// for that follower per job (see doc.go, "Raw deliveries repaired after
+// the fact").
 func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at string) ([]string, error) {
 	for {
 		mirrorAt := ""
@@ -367,6 +402,9 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 		written, err := s.db.mirrorFollower(ctx, followerID, followeeID, mirrorAt)
 		if err != nil {
 			return nil, fmt.Errorf("follow %s -> %s: update followers: %w", followerID, followeeID, err)
+		}
+		if s.db.mirrorWritten != nil {
+			s.db.mirrorWritten(followerID, followeeID)
 		}
 		score, err := s.db.client.ZScore(ctx, followingKey(followerID), followeeID).Result()
 		nowFollowing := err == nil
@@ -378,11 +416,32 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 			nowAt = strconv.FormatFloat(score, 'f', -1, 64)
 		}
 		if nowFollowing == following && (!following || parseReplyScore(nowAt) == parseReplyScore(at)) {
+			err := confirmMirrorScript.Run(ctx, s.db.client, []string{followersUnsureKey(followeeID)}, followerID).Err()
+			if err != nil {
+				return nil, fmt.Errorf("follow %s -> %s: confirm followers: %w", followerID, followeeID, err)
+			}
 			return written, nil
 		}
 		following, at = nowFollowing, nowAt
 	}
 }
+
+// confirmMirrorScript counts a follower down in an account's unsure hash
+// (see unsureScript), once a writer has confirmed that the followers side
+// agrees with the truth, and drops the field once no writer is left
+// unconfirmed.
+//
+// KEYS[1] -> w:u:{<followee>}:followers-unsure
+// ARGV[1] -> follower id
+//
+// Returns the count left.
+var confirmMirrorScript = redis.NewScript(`
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if left <= 0 then
+	redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return left
+`)
 
 // backfill copies the followee's newest posts, up to the home timeline cap,
 // into the follower's home timeline. It returns how many were added (or,
