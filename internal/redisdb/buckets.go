@@ -504,11 +504,31 @@ type walkEntry struct {
 // those after it. Else, with followers tied on the position's time,
 // walkFollowersScript reads the page in one step.
 func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member string, limit int) (entries []walkEntry, more bool, buckets int, err error) {
+	return db.walkFollowersLogged(ctx, key, userHash, at, member, limit, nil)
+}
+
+// walkLog is what a walk of an account's one followers set reads besides
+// the followers, for raw deliveries (see fanOutRaw): the followers log's
+// last id before the range, and where the followers are kept after it.
+type walkLog struct {
+	authorID string
+	last     string // the log's last id, "0-0" if it is empty
+	state    followerState
+}
+
+// walkFollowersLogged is walkFollowers, reading also, given log (and
+// userHash), the followers log's last id in the same pipeline before the
+// range and the account's followerBuckets field after it.
+func (db *DB) walkFollowersLogged(ctx context.Context, key, userHash, at, member string, limit int, log *walkLog) (entries []walkEntry, more bool, buckets int, err error) {
 	count := limit + 1 // one more, to learn whether there are more
 	if member != "" {
 		count++ // and the follower at the position, read again unless they left
 	}
 	pipe := db.client.Pipeline()
+	var last *redis.XMessageSliceCmd
+	if log != nil {
+		last = pipe.XRevRangeN(ctx, followersLogKey(log.authorID), "+", "-", 1)
+	}
 	rng := pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 		Key: key, Start: at, Stop: "+inf", ByScore: true, Count: int64(count),
 	})
@@ -520,6 +540,9 @@ func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member strin
 		return nil, false, 0, err
 	}
 	if state != nil {
+		if log != nil {
+			log.last, log.state = lastLogID(last), parseFollowerState(state.Val())
+		}
 		if n := parseFollowerState(state.Val()).buckets; n > 0 {
 			return nil, false, n, nil
 		}
@@ -540,6 +563,15 @@ func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member strin
 	}
 	more = len(entries) > limit
 	return entries[:min(limit, len(entries))], more, 0, nil
+}
+
+// lastLogID returns the id that an XREVRANGE … COUNT 1 of a followers log
+// answered, "0-0" for an empty log.
+func lastLogID(cmd *redis.XMessageSliceCmd) string {
+	if msgs := cmd.Val(); len(msgs) > 0 {
+		return msgs[0].ID
+	}
+	return "0-0"
 }
 
 // walkTiedFollowers is walkFollowers by walkFollowersScript.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -351,6 +352,7 @@ func mustPending(tb testing.TB, db *DB, authorID string) int64 {
 // EVALSHA of script; an error from run fails that pipeline, unsent.
 type onPipeline struct {
 	script string
+	match  func(redis.Cmder) bool // in place of script, when set
 	run    func() error
 	done   atomic.Bool
 }
@@ -362,7 +364,12 @@ func (h *onPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { ret
 func (h *onPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
-			if args := c.Args(); len(args) > 1 && c.Name() == "evalsha" && args[1] == h.script && h.done.CompareAndSwap(false, true) {
+			args := c.Args()
+			hit := len(args) > 1 && c.Name() == "evalsha" && args[1] == h.script
+			if h.match != nil {
+				hit = h.match(c)
+			}
+			if hit && h.done.CompareAndSwap(false, true) {
 				if err := h.run(); err != nil {
 					for _, c := range cmds {
 						c.SetErr(err)
@@ -809,9 +816,10 @@ func TestCarriedJobsEndTogether(t *testing.T) {
 // carries its followers (its pipeline ends it with others, fanOutCarried)
 // and one of one batch that walks them (fanOutJob).
 func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
-	for _, carried := range []bool{true, false} {
-		t.Run(map[bool]string{true: "Carried", false: "Walked"}[carried], func(t *testing.T) {
+	for _, kind := range []string{"Carried", "Walked", "WalkedRaw"} {
+		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
+			carried, raw := kind == "Carried", kind == "WalkedRaw"
 			db, followers, postID, w := newSmallJob(t)
 			if db.onCluster() {
 				t.Skip("a Redis Cluster ends a job in a MULTI after its deliveries answered")
@@ -822,20 +830,40 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 				requeueWithoutFollowers(t, db, postID)
 			}
 			author, _, _ := splitPostID(postID)
+			if raw {
+				// Delivered by plain ZADDs (see rawdelivery.go).
+				if err := db.client.HSet(ctx, userKey(author), followersCheckedField, "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			limit := db.client.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]
 			policy := db.client.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
 			t.Cleanup(func() {
 				db.client.ConfigSet(ctx, "maxmemory", limit)
 				db.client.ConfigSet(ctx, "maxmemory-policy", policy)
 			})
-			db.client.AddHook(&onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
+			refuse := &onPipeline{script: db.deliveryScripts().Hash(), run: func() error {
 				if err := db.client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 					return err
 				}
 				return db.client.ConfigSet(ctx, "maxmemory", "1").Err()
-			}})
+			}}
+			if raw {
+				refuse.match = func(c redis.Cmder) bool {
+					args := c.Args()
+					if c.Name() != "zadd" || len(args) < 2 {
+						return false
+					}
+					key, _ := args[1].(string)
+					return strings.HasSuffix(key, ":home")
+				}
+			}
+			db.client.AddHook(refuse)
 			if _, err := w.step(ctx); err == nil {
 				t.Error("step at maxmemory: no error")
+			}
+			if !refuse.done.Load() {
+				t.Fatal("no delivery was refused: the test makes no case")
 			}
 			if err := db.client.ConfigSet(ctx, "maxmemory", limit).Err(); err != nil {
 				t.Fatal(err)
