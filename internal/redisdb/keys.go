@@ -346,6 +346,15 @@ func (Layout) BucketedFollowers(n int) (field, value string) {
 	return followerBucketsField, strconv.Itoa(n)
 }
 
+// FollowersLog is the stream of the changes of a user's followers side,
+// each entry a field "f" holding the follower.
+func (Layout) FollowersLog(userID string) string { return followersLogKey(userID) }
+
+// FollowersChecked is the field of the user hash, set to a unix ms, that
+// says the followers side lists only followers: set when the first
+// follower was written into an empty set.
+func (Layout) FollowersChecked() string { return followersCheckedField }
+
 // Following is the set of the users a user follows.
 func (Layout) Following(userID string) string { return followingKey(userID) }
 
