@@ -644,7 +644,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			// in a round trip of its own (Worker.finish).
 			go func() {
 				n, found, err := db.deliverRaw(ctx, rawBatch{authorID: authorID, seqText: seqText, postID: postID,
-					added: added, followers: followers, h0: h0, walked: walked, clear: clear})
+					added: added, followers: followers, h0: h0, walked: walked, clear: clear, again: end.claimed})
 				if err != nil {
 					b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 					return

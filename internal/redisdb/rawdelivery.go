@@ -100,13 +100,28 @@ type rawBatch struct {
 	h0                               string    // the followers log's last id before the walk read followers
 	walked                           time.Time // when h0 was read
 	clear                            bool      // clear the post's fanOutPendingField after the check
+	// again says that the job was taken over: its first worker may have
+	// died between a batch's adds and their announce, so a follower who
+	// holds the post already is announced it too (see deliverRaw).
+	again bool
 }
 
 // deliverRaw delivers b's post raw and repairs it (see the top of this
 // file). It returns how many followers hold the post now who did not
 // before, and whether the post still existed after the adds (0 or 1, as
 // EXISTS answers); with it at 0, nothing was announced, and the caller
-// takes the post back off if it was deleted, as for a guarded batch.
+// takes the post back off if it was deleted, as for a guarded batch. The
+// repair runs in either case: a post that moved to the archive meanwhile
+// is not deleted, the job goes on (deletedPost), and the archive serves
+// it to a follower who left between the walk and the adds.
+//
+// A follower who is listened to hears of the post once the adds and the
+// repair have answered, if the ZADD added it, or, in a job taken over
+// (b.again), if the timeline holds it: the ZADD and the announce are not
+// one step, and the first worker may have died between them, after which
+// a ZADD adds nothing. A home channel that dispatched the post already
+// drops the second announce, or takes it for a RESYNC once the post has
+// left its recent seqs (hubChannel.handle): never a second POST_ADDED.
 func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists int64, err error) {
 	active := b.followers
 	if cutoff := db.inactiveCutoff(); cutoff > 0 && len(active) > 0 {
@@ -168,7 +183,7 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	if db.rawStep != nil {
 		db.rawStep("added", active)
 	}
-	if found.Val() == 0 || len(active) == 0 {
+	if len(active) == 0 {
 		return 0, found.Val(), nil
 	}
 
@@ -197,13 +212,16 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	if err := db.loadScript(ctx, db.pub(repairScript), false); err != nil {
 		return 0, 0, fmt.Errorf("repair deliveries: %w", err)
 	}
+	msgs := make([]string, len(active)) // the added message to announce, or ""
+	for i := range active {
+		if found.Val() == 1 && (adds[i].Val() == 1 || b.again) && (everyone || subs[channels[i]] > 0) {
+			msgs[i] = b.added
+		}
+	}
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, f := range active {
-			announce := adds[i].Val() == 1 && (everyone || subs[channels[i]] > 0)
-			msg := ""
-			if announce {
-				msg = b.added
-			}
+			msg := msgs[i]
+			announce := msg != ""
 			if all || logged[f] || (unsureOf[i] != nil && unsureOf[i] != "0") {
 				cmd := db.pub(repairScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
 					b.authorID, b.postID, channels[i], msg)
@@ -221,11 +239,18 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 			if err := db.loadScript(ctx, db.pub(repairScript), true); err != nil {
 				return 0, 0, fmt.Errorf("repair deliveries: %w", err)
 			}
-			delivered, err := db.deliverRawRepairAgain(ctx, b, active, adds)
+			suspects := make([]string, len(active))
+			for _, r := range repairs {
+				suspects[r.i] = msgs[r.i]
+			}
+			delivered, err := db.deliverRawRepairAgain(ctx, b, active, adds, suspects)
 			if err == nil && db.rawStep != nil {
 				db.rawStep("repaired", active)
 			}
-			return delivered, 1, err
+			if found.Val() == 0 {
+				delivered = 0
+			}
+			return delivered, found.Val(), err
 		}
 	}
 	if err != nil {
@@ -238,25 +263,27 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		}
 	}
 	for i := range active {
-		if adds[i].Val() == 1 && !removed[i] {
+		if adds[i].Val() == 1 && !removed[i] && found.Val() == 1 {
 			delivered++
 		}
 	}
 	if db.rawStep != nil {
 		db.rawStep("repaired", active)
 	}
-	return delivered, 1, nil
+	return delivered, found.Val(), nil
 }
 
 // deliverRawRepairAgain runs a batch's repair once more, every follower a
 // suspect, after Redis lost repairScript: the first try may have run
 // anything before the missing script, and a repair twice is harmless.
-func (db *DB) deliverRawRepairAgain(ctx context.Context, b rawBatch, active []string, adds []*redis.IntCmd) (int, error) {
+// msgs holds, for the suspects of the first try, the added message that
+// their repair was to announce (the others' went out in that try).
+func (db *DB) deliverRawRepairAgain(ctx context.Context, b rawBatch, active []string, adds []*redis.IntCmd, msgs []string) (int, error) {
 	cmds := make([]*redis.Cmd, len(active))
 	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, f := range active {
 			cmds[i] = db.pub(repairScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
-				b.authorID, b.postID, homeChannel(f), "")
+				b.authorID, b.postID, homeChannel(f), msgs[i])
 		}
 		return nil
 	})

@@ -1,0 +1,214 @@
+package redisdb
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestRawDeliveriesTakenOverAnnounce: a worker that dies between a raw
+// batch's adds and their announce leaves the post in the timelines of the
+// batch, unannounced; the worker that takes the job over finds the post
+// there already (its ZADD adds nothing), and must announce it all the
+// same, or a live home timeline that listens never shows it (a home
+// channel dispatches what it is told, without reading the timeline).
+func TestRawDeliveriesTakenOverAnnounce(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	msgs := listen(t, db, homeChannel(s.fred))
+	dying, die := context.WithCancel(ctx)
+	db.rawStep = func(stage string, followers []string) {
+		if stage == "added" && slices.Contains(followers, s.fred) {
+			die() // the round trip of the repair and the announce fails
+		}
+	}
+	if err := s.db.fanOutJob(dying, s.ada, s.seq, s.postID, startCursor, 250, noSave, s.end); err == nil {
+		t.Fatal("the dying run ended without an error")
+	}
+	db.rawStep = nil
+	if !s.holds(t, s.fred) {
+		t.Fatal("the dying run left fred without the post: the test makes no case")
+	}
+	s.end.claimed = true
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.publish(ctx, db.client, homeChannel(s.fred), "marker")
+	if m := nextMessage(t, msgs); m.Payload != encodeAdded(s.seq, s.postID) {
+		t.Errorf("fred's home channel heard %q first after the job was taken over, want the post added", m.Payload)
+	}
+}
+
+// TestRawDeliveriesRepairLostScriptAnnounces: a suspect who follows (an
+// unsure count left by a writer that died) is announced by the repair
+// itself; when Redis lost repairScript between its load and the repair's
+// pipeline (a SCRIPT FLUSH, a restart), the repair that runs again must
+// still announce the post to that follower.
+func TestRawDeliveriesRepairLostScriptAnnounces(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	if err := db.client.HIncrBy(ctx, followersUnsureKey(s.ada), s.fred, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := listen(t, db, homeChannel(s.fred))
+	// Loaded before the flush, so that the batch does not load it again.
+	if err := db.loadScript(ctx, db.pub(repairScript), false); err != nil {
+		t.Fatal(err)
+	}
+	db.rawStep = func(stage string, followers []string) {
+		if stage == "added" && slices.Contains(followers, s.fred) {
+			if err := db.client.ScriptFlush(ctx).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.rawStep = nil
+	if !s.holds(t, s.fred) {
+		t.Fatal("fred, who follows, lacks the post")
+	}
+	db.publish(ctx, db.client, homeChannel(s.fred), "marker")
+	if m := nextMessage(t, msgs); m.Payload != encodeAdded(s.seq, s.postID) {
+		t.Errorf("fred's home channel heard %q first, want the post added", m.Payload)
+	}
+}
+
+// TestRawDeliveriesArchivedPostRepaired: a job that runs again after its
+// post moved to the archive (its first worker died before it acknowledged
+// the job, or the mover stopped waiting for it) goes on delivering; a
+// follower whose whole unfollow ran between its walk and its adds must
+// not keep the post, which the batch's ZADD put back and the archive
+// serves.
+func TestRawDeliveriesArchivedPostRepaired(t *testing.T) {
+	ctx := context.Background()
+	db, _ := newArchiveTestDB(t, Options{AsyncFanOut: true, PullThreshold: -1, PostsInRedis: 1})
+	if db.onCluster() {
+		t.Skip("raw deliveries are for one Redis")
+	}
+	follows := NewFollowService(db)
+	ada := mustSignup(t, db, "ada").ID
+	bob := mustSignup(t, db, "bob").ID
+	fred := mustSignup(t, db, "fred").ID
+	mustFollow(t, db, bob, ada) // into an empty set: ada's followers side is checked
+	mustFollow(t, db, fred, ada)
+	p := mustPost(t, db, ada, "moves to the archive")
+	mustPost(t, db, ada, "stays")
+	drainFanOut(t, db)
+	if n := drainMoves(t, db); n != 1 {
+		t.Fatalf("the mover moved %d posts, want 1", n)
+	}
+	_, seqText, _ := splitPostID(p.ID)
+	if db.client.Exists(ctx, postKey(ada, seqText)).Val() != 0 {
+		t.Fatal("the post's hash is still in Redis: the test makes no case")
+	}
+	db.rawStep = func(stage string, followers []string) {
+		if stage == "walked" && slices.Contains(followers, fred) {
+			if err := follows.Unfollow(ctx, fred, ada); err != nil {
+				t.Errorf("the racing unfollow: %v", err)
+			}
+		}
+	}
+	end := &jobEnd{shard: 0, id: strconv.FormatInt(time.Now().UnixMilli(), 10) + "-0"}
+	if err := db.fanOutJob(ctx, ada, p.Seq, p.ID, startCursor, 250, noSave, end); err != nil {
+		t.Fatal(err)
+	}
+	db.rawStep = nil
+	if db.client.ZScore(ctx, homeKey(fred), p.ID).Err() == nil {
+		t.Error("fred, who unfollowed, holds the archived post once its job ran again")
+	}
+	if db.client.ZScore(ctx, homeKey(bob), p.ID).Err() != nil {
+		t.Error("bob, who follows, lacks the post")
+	}
+}
+
+// TestRawDeliveriesRacingStaleFollow: a follow that lost the race to an
+// unfollow of the same pair writes a stale entry into the followers side
+// (its mirror write comes after the unfollow's) and then corrects it, and
+// its backfill takes the author's posts off; a raw batch that walks the
+// stale entry delivers to a follower who does not follow. Whenever the
+// correction comes (between the walk and the adds, after the batch's
+// reads, after its repair, or never: the follow died), the follower holds
+// no post of the author once the unfollow has answered and the job is
+// done.
+func TestRawDeliveriesRacingStaleFollow(t *testing.T) {
+	for _, release := range []string{"walked", "added", "repaired", "never"} {
+		t.Run(release, func(t *testing.T) {
+			ctx := context.Background()
+			s := newRawSetup(t, Options{})
+			db := s.db
+			score, err := db.client.ZScore(ctx, followingKey(s.fred), s.ada).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The follow read the truth as following at score, counted
+			// fred, and is about to write the followers side; meanwhile
+			// the unfollow runs whole.
+			if err := s.follows.checkPair(ctx, s.fred, s.ada, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.follows.Unfollow(ctx, s.fred, s.ada); err != nil {
+				t.Fatal(err)
+			}
+			at := strconv.FormatFloat(score, 'f', -1, 64)
+			var stale, proceed, done chan struct{}
+			if release == "never" {
+				// The follow writes its stale entry and dies.
+				if _, err := db.mirrorFollower(ctx, s.fred, s.ada, formatScore(score)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				stale, proceed, done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+				var writes atomic.Int32
+				db.mirrorWritten = func(followerID, _ string) {
+					if followerID == s.fred && writes.Add(1) == 1 {
+						close(stale)
+						<-proceed
+					}
+				}
+				go func() {
+					defer close(done)
+					if _, err := s.follows.mirrorFollow(ctx, s.fred, s.ada, true, at); err != nil {
+						t.Errorf("the follow's mirror: %v", err)
+					}
+					if _, _, err := s.follows.backfill(ctx, s.fred, s.ada); err != nil {
+						t.Errorf("the follow's backfill: %v", err)
+					}
+				}()
+				<-stale
+			}
+			if db.client.ZScore(ctx, followersKey(s.ada), s.fred).Err() != nil {
+				t.Fatal("the followers side does not list fred: the test makes no case")
+			}
+			db.rawStep = func(stage string, followers []string) {
+				if stage == release && slices.Contains(followers, s.fred) {
+					close(proceed)
+					<-done
+				}
+			}
+			if err := s.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			db.rawStep = nil
+			if done != nil {
+				select {
+				case <-done:
+				default:
+					t.Fatalf("stage %q never came for fred: the test makes no case", release)
+				}
+			}
+			if s.holds(t, s.fred) {
+				t.Error("fred, who does not follow, holds the post once the unfollow answered and the job is done")
+			}
+			if !s.holds(t, s.followers[0]) {
+				t.Error("a follower lacks the post")
+			}
+		})
+	}
+}
