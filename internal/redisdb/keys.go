@@ -88,8 +88,9 @@ func followersLogKey(userID string) string { return userKey(userID) + ":follower
 // truth (see FollowService.checkPair), and down once it has read the truth
 // again after its last write of the followers side (mirrorFollow); a
 // field is dropped at 0. A writer that dies between leaves its count
-// above 0 for good: w:u:{<id>}:followers-unsure. Fields: follower ids;
-// values: counts.
+// above 0 for good: w:u:{<id>}:followers-unsure. Fields: follower ids,
+// values: counts; and "<follower id>:<token>", value 1, for each writer
+// counted and not yet confirmed (see unsureScript).
 func followersUnsureKey(userID string) string { return userKey(userID) + ":followers-unsure" }
 
 // followerBucketsField is the field of a user's hash (userKey) that says
@@ -106,10 +107,10 @@ const followerBucketsField = "followerBuckets"
 // their followers side is known to list only followers, or followers whose
 // entry is logged as unsure (followersUnsureKey): set, to a unix ms, when
 // a follow writes the first follower into an empty one set (nothing there
-// can be stale then), or by a fan-out job that walked the whole one set
-// with the guarded delivery, which checks every entry against the truth
-// (see Worker). Fan-out delivers without a per-follower guard only to the
-// followers of an account that has it.
+// can be stale then, and every later write is logged and counted). Nothing
+// else sets it yet: a followers side written by an earlier Warble keeps
+// the guarded delivery. Fan-out delivers without a per-follower guard only
+// to the followers of an account that has it.
 const followersCheckedField = "followersChecked"
 
 // followerBucketKey is one of the ZSETs that hold the followers of an

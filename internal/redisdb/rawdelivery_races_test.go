@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRawDeliveriesTakenOverAnnounce: a worker that dies between a raw
@@ -150,7 +152,8 @@ func TestRawDeliveriesRacingStaleFollow(t *testing.T) {
 			// The follow read the truth as following at score, counted
 			// fred, and is about to write the followers side; meanwhile
 			// the unfollow runs whole.
-			if err := s.follows.checkPair(ctx, s.fred, s.ada, nil); err != nil {
+			token, err := s.follows.checkPair(ctx, s.fred, s.ada, nil)
+			if err != nil {
 				t.Fatal(err)
 			}
 			if err := s.follows.Unfollow(ctx, s.fred, s.ada); err != nil {
@@ -174,7 +177,7 @@ func TestRawDeliveriesRacingStaleFollow(t *testing.T) {
 				}
 				go func() {
 					defer close(done)
-					if _, err := s.follows.mirrorFollow(ctx, s.fred, s.ada, true, at); err != nil {
+					if _, err := s.follows.mirrorFollow(ctx, s.fred, s.ada, true, at, token); err != nil {
 						t.Errorf("the follow's mirror: %v", err)
 					}
 					if _, _, err := s.follows.backfill(ctx, s.fred, s.ada); err != nil {
@@ -210,5 +213,55 @@ func TestRawDeliveriesRacingStaleFollow(t *testing.T) {
 				t.Error("a follower lacks the post")
 			}
 		})
+	}
+}
+
+// twiceConfirmed sends every call of confirmMirrorScript twice, as go-redis
+// sends a command again (MaxRetries) after a read timed out or the
+// connection broke once the command was written: Redis may have run it.
+type twiceConfirmed struct{}
+
+func (twiceConfirmed) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (twiceConfirmed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && args[0] == "evalsha" && args[1] == confirmMirrorScript.Hash() {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (twiceConfirmed) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRawDeliveriesRetriedConfirm: a follow's count down of its follower in
+// the unsure hash that Redis runs twice (a retry of a command that had
+// run) must not count down a racing unfollow that is still unconfirmed: if
+// that unfollow then dies between the truth and the followers side, the
+// entry it leaves is stale, and only its count makes a raw batch check it.
+func TestRawDeliveriesRetriedConfirm(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	// The unfollow counts fred, then the follow (fred follows already)
+	// runs whole, its confirm sent twice; then the unfollow writes the
+	// truth and dies.
+	if _, err := s.follows.checkPair(ctx, s.fred, s.ada, nil); err != nil {
+		t.Fatal(err)
+	}
+	db.client.AddHook(twiceConfirmed{})
+	mustFollow(t, db, s.fred, s.ada)
+	if err := db.client.ZRem(ctx, followingKey(s.fred), s.ada).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.holds(t, s.fred) {
+		t.Error("fred, who does not follow, holds the post: the retried confirm took the dead unfollow's count")
 	}
 }

@@ -172,16 +172,17 @@ func TestRawDeliveriesRacingUnfollow(t *testing.T) {
 			ctx := context.Background()
 			s := newRawSetup(t, Options{})
 			db := s.db
+			var token string // the unfollow's count in the unsure hash
 			step := func(n rune) {
 				t.Helper()
 				var err error
 				switch n {
 				case '1':
-					if err = s.follows.checkPair(ctx, s.fred, s.ada, nil); err == nil {
+					if token, err = s.follows.checkPair(ctx, s.fred, s.ada, nil); err == nil {
 						err = db.client.ZRem(ctx, followingKey(s.fred), s.ada).Err()
 					}
 				case '2':
-					_, err = s.follows.mirrorFollow(ctx, s.fred, s.ada, false, "")
+					_, err = s.follows.mirrorFollow(ctx, s.fred, s.ada, false, "", token)
 				case '3':
 					_, err = s.follows.unbackfill(ctx, s.fred, s.ada, true)
 				}
