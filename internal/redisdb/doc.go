@@ -202,7 +202,10 @@
 // the step that makes it, to the author's followers log (followersLogKey),
 // and each follow or unfollow counts its follower up in the author's
 // unsure hash (followersUnsureKey) before its (1), down once its (2) is
-// confirmed against the truth.
+// confirmed against the truth, each writer once (under a token of its own,
+// so that a command that Redis runs twice, retried by go-redis, does not
+// count twice: one count down too many would clear a racing writer that
+// may still die between its (1) and its (2)).
 //
 // A batch reads the log's last id H0 and then the followers (the walk, at
 // tw, after H0), the ZADDs (at ta), then, after them, what the log holds
@@ -224,12 +227,15 @@
 //     ta, the post was delivered before it, the case of an unfollow that
 //     dies between (1) and (3) above (its (2) and (3), if they come, take
 //     the post off). If it came before tw, the entry still listed at tw
-//     means that its (2) had not removed it: its (2) comes after tw (the
-//     case above) or never, and then its count, raised before its (1) and
-//     never lowered, marks F unsure at td, and F is repaired. If it came
-//     between tw and ta, its count went up before it, and came down only
-//     after a (2) that removed the entry after tw: F is unsure at td, or
-//     logged after H0.
+//     means that its (2) had not removed it, or that a writer wrote the
+//     entry back after it: a follow that read the truth before that (1)
+//     and wrote after its (2), which reads the truth again, and is counted
+//     until it has taken the entry out again, a removal after tw (the
+//     case above). Else its (2) comes after tw (the case above) or never,
+//     and then its count, raised before its (1) and never lowered, marks
+//     F unsure at td, and F is repaired. If it came between tw and ta,
+//     its count went up before it, and came down only after a (2) that
+//     removed the entry after tw: F is unsure at td, or logged after H0.
 //   - That leaves a followers side listing a non-follower with nothing
 //     counted, which only a writer that never counted can leave: an
 //     earlier version (see below).
@@ -245,16 +251,23 @@
 // cannot do that, and says so in the log: the one case where a stale post
 // may stay (it needs an unfollow between a batch's walk and its ZADDs, a
 // worker dying right after them, and the job left pending ten minutes).
+// That worker may also have died before its announce: the job taken over
+// finds the post in those timelines (its ZADD adds nothing), so it
+// announces it to every listened follower who holds it, and a home
+// channel that had it already drops the second announce.
 //
 // A deleted post is handled as for the guarded batches: the batch's check
-// (EXISTS) follows its ZADDs in the same pipeline. The inactive skip reads
-// the batch's seen times in a round trip before the ZADDs: a follower who
-// comes back between is rebuilt from the posts sets, which hold the post.
-// The announce goes out after the repair, for the followers the ZADD added
-// and someone listens to: a live home channel that started between the
-// ZADD and the announce read the post at its start and takes the announce
-// as a post below what it dispatched, a RESYNC (hubChannel.handle), never
-// as a second POST_ADDED.
+// (EXISTS) follows its ZADDs in the same pipeline. A post found gone is
+// repaired all the same: it may have moved to the archive (a job run
+// again, see deletedPost), and then the job goes on, and the archive
+// serves it to whoever holds its id. The inactive skip reads the batch's
+// seen times in a round trip before the ZADDs: a follower who comes back
+// between is rebuilt from the posts sets, which hold the post. The
+// announce goes out after the repair, for the followers the ZADD added
+// (or, in a job taken over, who hold the post) and someone listens to: a
+// live home channel that started between the ZADD and the announce read
+// the post at its start and takes the announce as a post below what it
+// dispatched, a RESYNC (hubChannel.handle), never as a second POST_ADDED.
 //
 // Known good: the followers side of an author lists only followers, or
 // followers counted unsure, when every writer since it was empty counted
