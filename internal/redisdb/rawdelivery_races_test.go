@@ -265,3 +265,71 @@ func TestRawDeliveriesRetriedConfirm(t *testing.T) {
 		t.Error("fred, who does not follow, holds the post: the retried confirm took the dead unfollow's count")
 	}
 }
+
+// TestRawDeliveriesBuckets: a raw batch walked the one set just before the
+// followers moved into buckets, and a follower then left by a write of
+// their bucket alone (the one set is gone): the log still names them, and
+// the batch takes the post back off. A job of an account whose followers
+// are moving into buckets, or are in them, runs the guarded script.
+func TestRawDeliveriesBuckets(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{FollowerBuckets: 4, FollowerBucketThreshold: 100_000})
+	db := s.db
+	walks := 0
+	db.rawStep = func(stage string, followers []string) {
+		if stage != "walked" {
+			return
+		}
+		walks++
+		if !slices.Contains(followers, s.fred) {
+			return
+		}
+		if err := db.moveToBuckets(ctx, s.ada, startCursor, 250, noSave); err != nil {
+			t.Errorf("move into buckets: %v", err)
+		}
+		if n := parseFollowerState(db.client.HGet(ctx, userKey(s.ada), followerBucketsField).Val()).buckets; n != 4 {
+			t.Errorf("followers in %d buckets after the move, want 4", n)
+		}
+		if err := s.follows.Unfollow(ctx, s.fred, s.ada); err != nil {
+			t.Errorf("the racing unfollow: %v", err)
+		}
+	}
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.holds(t, s.fred) {
+		t.Error("fred, who left through his bucket, holds the post")
+	}
+	if !s.holds(t, s.followers[599]) {
+		t.Error("a follower lacks the post")
+	}
+
+	for _, state := range []string{"4", bucketsMigrating + "4"} {
+		if err := db.client.HSet(ctx, userKey(s.ada), followerBucketsField, state).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if state == "4" && db.client.Exists(ctx, followersKey(s.ada)).Val() != 0 {
+			t.Fatal("the one set outlived the move")
+		}
+		if state != "4" {
+			// Migrating: the one set is whole and read.
+			for _, f := range s.followers {
+				db.client.ZAdd(ctx, followersKey(s.ada), redis.Z{Score: 1, Member: f})
+			}
+		}
+		p := mustCreatePostNoDrain(t, db, s.ada)
+		s.seq, s.postID = p.Seq, p.ID
+		walks = 0
+		scripts := &countScripts{}
+		db.client.AddHook(scripts)
+		if err := s.run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if walks != 0 {
+			t.Errorf("followers %q: %d batches delivered raw", state, walks)
+		}
+		if scripts.deliveries.Load() == 0 || !s.holds(t, s.followers[0]) {
+			t.Errorf("followers %q: the guarded script did not deliver", state)
+		}
+	}
+}
