@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // TestRawDeliveriesTakenOverAnnounce: a worker that dies between a raw
@@ -331,5 +333,36 @@ func TestRawDeliveriesBuckets(t *testing.T) {
 		if scripts.deliveries.Load() == 0 || !s.holds(t, s.followers[0]) {
 			t.Errorf("followers %q: the guarded script did not deliver", state)
 		}
+	}
+}
+
+// TestHomeReplayPastItsCap: a live home timeline resumed from a cursor
+// that a home timeline at its cap would have trimmed, but that raw
+// deliveries left in place past the cap, gets a RESYNC, as from a trimmed
+// timeline, and not a replay of more posts than the cap, some of which no
+// page shows.
+func TestHomeReplayPastItsCap(t *testing.T) {
+	const homeCap = 5
+	ctx := context.Background()
+	db := newTestDB(t, Options{HomeCap: homeCap})
+	ada := mustSignup(t, db, "ada").ID
+	bob := mustSignup(t, db, "bob").ID
+	mustFollow(t, db, bob, ada)
+	var seqs []int64
+	for range 9 {
+		seqs = append(seqs, mustCreatePost(t, db, ada, "a post").Seq)
+	}
+	// As raw deliveries leave it: every post, past the cap.
+	for _, seq := range seqs {
+		if err := db.client.ZAdd(ctx, homeKey(bob), redis.Z{Score: float64(seq), Member: postIDs(ada, seq)[0]}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two posts older than the cap's oldest: a cursor no page gives now,
+	// but one that a page gave while they were within the cap.
+	after := warble.PostCursor(seqs[1])
+	events := mustSubscribe(t, newTestHub(t, db), warble.HomeFeed(bob), &after)
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync {
+		t.Errorf("first event resumed from past the cap = %v at %s, want a RESYNC", ev.Kind, ev.Cursor)
 	}
 }
