@@ -263,8 +263,14 @@
 // serves it to whoever holds its id. The inactive skip reads the batch's
 // seen times in a round trip before the ZADDs: a follower who comes back
 // between is rebuilt from the posts sets, which hold the post. The
-// announce goes out after the repair, for the followers the ZADD added
-// (or, in a job taken over, who hold the post) and someone listens to: a
+// announce goes out after the reads that follow the adds, for the
+// followers the ZADD added (or, in a job taken over, who hold the post)
+// and someone listens to, each in the step that repairs them (every one
+// of them gets it, suspect or not): it reads the truth first, so an
+// unfollow whose (1) comes after the batch's reads either comes after the
+// announce, and its (3) takes the post off with a RESYNC after it, or
+// before, and the step takes the post off instead of announcing it (a home
+// channel dispatches an announced post without reading the timeline). A
 // live home channel that started between the ZADD and the announce read
 // the post at its start and takes the announce as a post below what it
 // dispatched, a RESYNC (hubChannel.handle), never as a second POST_ADDED.

@@ -63,8 +63,9 @@ func rawTrim(follower, seqText string) bool {
 	return h.Sum32()%rawTrimEvery == 0
 }
 
-// repairScript is the repair of a raw delivery to a suspect: the
-// follower's following set, the truth, decides. A follower who follows
+// repairScript is the repair of a raw delivery to a suspect, and the
+// announce of one to a follower who is listened to: the follower's
+// following set, the truth, decides. A follower who follows
 // keeps the post, and hears of it if the delivery added it and someone
 // listens; one who does not has it taken off their home timeline, which
 // is announced with a RESYNC as unbackfillScript announces, so that a
@@ -218,32 +219,29 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 			msgs[i] = b.added
 		}
 	}
+	// A follower to announce to gets repairScript too, whether a suspect
+	// or not: it announces only after it has read the truth, in one step,
+	// so that an unfollow whose first step comes after the batch's reads
+	// cannot take the post off, with its RESYNC, before the announce,
+	// which a live home channel would then dispatch (hubChannel.added).
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, f := range active {
-			msg := msgs[i]
-			announce := msg != ""
-			if all || logged[f] || (unsureOf[i] != nil && unsureOf[i] != "0") {
+			if msgs[i] != "" || all || logged[f] || (unsureOf[i] != nil && unsureOf[i] != "0") {
 				cmd := db.pub(repairScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
-					b.authorID, b.postID, channels[i], msg)
+					b.authorID, b.postID, channels[i], msgs[i])
 				repairs = append(repairs, repair{i: i, cmd: cmd})
-			} else if announce {
-				db.publish(ctx, pipe, channels[i], msg)
 			}
 		}
 		return nil
 	})
 	for _, r := range repairs {
 		if redis.HasErrorPrefix(r.cmd.Err(), "NOSCRIPT") {
-			// Redis lost the script (a flush, a restart): the added
-			// messages went out, the repairs did not.
+			// Redis lost the script (a flush, a restart): the repairs
+			// and the announces did not run, or not all of them.
 			if err := db.loadScript(ctx, db.pub(repairScript), true); err != nil {
 				return 0, 0, fmt.Errorf("repair deliveries: %w", err)
 			}
-			suspects := make([]string, len(active))
-			for _, r := range repairs {
-				suspects[r.i] = msgs[r.i]
-			}
-			delivered, err := db.deliverRawRepairAgain(ctx, b, active, adds, suspects)
+			delivered, err := db.deliverRawRepairAgain(ctx, b, active, adds, msgs)
 			if err == nil && db.rawStep != nil {
 				db.rawStep("repaired", active)
 			}
@@ -276,8 +274,8 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 // deliverRawRepairAgain runs a batch's repair once more, every follower a
 // suspect, after Redis lost repairScript: the first try may have run
 // anything before the missing script, and a repair twice is harmless.
-// msgs holds, for the suspects of the first try, the added message that
-// their repair was to announce (the others' went out in that try).
+// msgs holds the added message that each follower's repair was to
+// announce, or "".
 func (db *DB) deliverRawRepairAgain(ctx context.Context, b rawBatch, active []string, adds []*redis.IntCmd, msgs []string) (int, error) {
 	cmds := make([]*redis.Cmd, len(active))
 	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -364,5 +365,39 @@ func TestHomeReplayPastItsCap(t *testing.T) {
 	events := mustSubscribe(t, newTestHub(t, db), warble.HomeFeed(bob), &after)
 	if ev := nextEvent(t, events); ev.Kind != warble.Resync {
 		t.Errorf("first event resumed from past the cap = %v at %s, want a RESYNC", ev.Kind, ev.Cursor)
+	}
+}
+
+// TestRawDeliveriesAnnounceAfterUnfollow: a follower who is listened to,
+// and whose whole unfollow runs between a raw batch's reads after its adds
+// and its announce, hears the unfollow's RESYNC (the post taken off) and
+// then nothing of the post: a live home channel dispatches an announced
+// post without reading the timeline, so an announce after the RESYNC
+// would show a post of an account no longer followed.
+func TestRawDeliveriesAnnounceAfterUnfollow(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	msgs := listen(t, db, homeChannel(s.fred))
+	db.rawStep = func(stage string, followers []string) {
+		if stage == "added" && slices.Contains(followers, s.fred) {
+			if err := s.follows.Unfollow(ctx, s.fred, s.ada); err != nil {
+				t.Errorf("the racing unfollow: %v", err)
+			}
+		}
+	}
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.rawStep = nil
+	if s.holds(t, s.fred) {
+		t.Error("fred, who unfollowed, holds the post")
+	}
+	if m := nextMessage(t, msgs); !strings.HasPrefix(m.Payload, "S ") {
+		t.Fatalf("fred's home channel heard %q first, want the unfollow's RESYNC", m.Payload)
+	}
+	db.publish(ctx, db.client, homeChannel(s.fred), "marker")
+	if m := nextMessage(t, msgs); m.Payload != "marker" {
+		t.Errorf("fred's home channel heard %q after the unfollow's RESYNC, want nothing of the post", m.Payload)
 	}
 }
