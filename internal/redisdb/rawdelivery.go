@@ -28,9 +28,9 @@ import (
 //     followers of the batch that are unsure, who listens to their home
 //     channels, and whether the post still exists;
 //  4. the suspects, the followers of the batch logged after h0 or unsure,
-//     get repairScript (the truth read, and the post taken off with a
-//     RESYNC if they do not follow); the others that were added and are
-//     listened to get the added message.
+//     and the followers that were added and are listened to, get
+//     repairScript (the truth read, then the added message if they follow
+//     and are listened to, else the post taken off with a RESYNC).
 //
 // The job ends (Worker.finish) only after all of it answered without an
 // error; any error keeps the job pending, and a run that takes it over
