@@ -107,10 +107,10 @@ const followerBucketsField = "followerBuckets"
 // their followers side is known to list only followers, or followers whose
 // entry is logged as unsure (followersUnsureKey): set, to a unix ms, when
 // a follow writes the first follower into an empty one set (nothing there
-// can be stale then, and every later write is logged and counted). Nothing
-// else sets it yet: a followers side written by an earlier Warble keeps
-// the guarded delivery. Fan-out delivers without a per-follower guard only
-// to the followers of an account that has it.
+// can be stale then), or by a fan-out job that walked the whole one set
+// with the guarded delivery, which checks every entry against the truth
+// (see Worker). Fan-out delivers without a per-follower guard only to the
+// followers of an account that has it.
 const followersCheckedField = "followersChecked"
 
 // followerBucketKey is one of the ZSETs that hold the followers of an
