@@ -201,8 +201,9 @@ func (c *commandNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // TestHomePageWithBadToken checks that a home page asked for with a wrong
 // or a revoked token is answered UNAUTHENTICATED before anything of the
 // query runs: Redis gets the session's one pipeline, which carries the
-// range read of the home timeline that the token names as a right token's
-// would (its answer is dropped), and nothing is written.
+// range read of the home timeline that the token names, with its size for
+// the cap, as a right token's would (its answers are dropped), and nothing
+// is written.
 func TestHomePageWithBadToken(t *testing.T) {
 	s := newTestServer(t, func(c *Config) { c.FanoutWorkers = 0 })
 	viewer := s.signup(t, "viewer")
@@ -234,7 +235,7 @@ func TestHomePageWithBadToken(t *testing.T) {
 		}
 		sent := names.take()
 		slices.Sort(sent)
-		if want := []string{"hmget", "pttl", "zrange"}; !slices.Equal(sent, want) {
+		if want := []string{"hmget", "pttl", "zcard", "zrange"}; !slices.Equal(sent, want) {
 			t.Errorf("home page with a bad token sent %v, want %v", sent, want)
 		}
 		redistest.AssertUnchanged(t, client, before, "a home page with a bad token")
