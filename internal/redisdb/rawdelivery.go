@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -381,4 +382,42 @@ func (db *DB) loadScript(ctx context.Context, script *redis.Script, force bool) 
 	}
 	scriptLoads.Store(script, struct{}{})
 	return nil
+}
+
+// checkFollowers reads, for followers of authorID walked from the one set,
+// whether each follows authorID (the truth), and counts those who do not
+// up in authorID's unsure hash, for good: their entries are stale (left by
+// an earlier Warble, or by a writer that has not confirmed yet), and raw
+// deliveries must check them each time. It is one step of the walk that
+// makes a followers side known good (fanOutJob's checking), once per
+// author.
+func (db *DB) checkFollowers(ctx context.Context, authorID string, followers []string) error {
+	scores := make([]*redis.FloatCmd, len(followers))
+	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, f := range followers {
+			scores[i] = pipe.ZScore(ctx, followingKey(f), authorID)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	var stale []string
+	for i, c := range scores {
+		if errors.Is(c.Err(), redis.Nil) {
+			stale = append(stale, followers[i])
+		} else if c.Err() != nil {
+			return c.Err()
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, f := range stale {
+			pipe.HIncrBy(ctx, followersUnsureKey(authorID), f, 1)
+		}
+		return nil
+	})
+	return err
 }

@@ -466,3 +466,55 @@ func TestRawDeliveriesTrim(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowersCheckedByAGuardedWalk: the followers side of an author from
+// an earlier Warble (no followersChecked, entries that list people who do
+// not follow) is delivered to by the guarded script; the job that walks it
+// whole marks the stale entries unsure and the side checked, and the next
+// job, raw, keeps the stale ones' home timelines without the post.
+func TestFollowersCheckedByAGuardedWalk(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	if err := db.client.HDel(ctx, userKey(s.ada), followersCheckedField).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{s.followers[5], s.followers[400]}
+	for _, f := range stale {
+		if err := db.client.ZRem(ctx, followingKey(f), s.ada).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts := &countScripts{}
+	db.client.AddHook(scripts)
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if scripts.deliveries.Load() == 0 {
+		t.Fatal("the unchecked author's job ran no delivery script")
+	}
+	if v := db.client.HGet(ctx, userKey(s.ada), followersCheckedField).Val(); v == "" {
+		t.Fatal("a guarded walk of the whole followers set did not mark it checked")
+	}
+	unsure := db.client.HGetAll(ctx, followersUnsureKey(s.ada)).Val()
+	if len(unsure) != len(stale) || unsure[stale[0]] != "1" || unsure[stale[1]] != "1" {
+		t.Fatalf("unsure after the checking walk = %v, want %v at 1", unsure, stale)
+	}
+	p := mustCreatePostNoDrain(t, db, s.ada)
+	s.seq, s.postID = p.Seq, p.ID
+	before := scripts.deliveries.Load()
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if scripts.deliveries.Load() != before {
+		t.Error("the job after the checking walk ran delivery scripts, want raw deliveries")
+	}
+	for _, f := range stale {
+		if s.holds(t, f) {
+			t.Errorf("stale follower %s got the raw job's post", f)
+		}
+	}
+	if !s.holds(t, s.followers[0]) || !s.holds(t, s.fred) {
+		t.Error("followers lack the raw job's post")
+	}
+}
