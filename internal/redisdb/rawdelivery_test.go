@@ -518,3 +518,35 @@ func TestFollowersCheckedByAGuardedWalk(t *testing.T) {
 		t.Error("followers lack the raw job's post")
 	}
 }
+
+// TestHubAnnounceAfterItsAdd: a raw delivery announces a post after the
+// ZADD, in another step, so a live home channel may start in between (its
+// start reads the post) and then hear the announce, after newer posts
+// even. It never dispatches the post a second time: the late announce is
+// below what it dispatched, a RESYNC.
+func TestHubAnnounceAfterItsAdd(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada, bob := mustSignup(t, db, "ada").ID, mustSignup(t, db, "bob").ID
+	mustFollow(t, db, bob, ada)
+	p1 := mustCreatePostNoDrain(t, db, ada)
+	// The raw ZADD, unannounced (the job is not run).
+	if err := db.client.ZAdd(ctx, homeKey(bob), redis.Z{Score: float64(p1.Seq), Member: p1.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	events := mustSubscribe(t, h, warble.HomeFeed(bob), nil)
+	// A newer post reaches bob, announced in the step that adds it.
+	if err := db.client.Del(ctx, fanoutStreamKey(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := mustCreatePost(t, db, ada, "newer")
+	wantAdded(t, nextEvent(t, events), p2)
+	// The raw delivery's late announce.
+	if err := db.publish(ctx, db.client, homeChannel(bob), encodeAdded(p1.Seq, p1.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync {
+		t.Errorf("after a late announce of %s: %s (post %v), want a RESYNC", p1.ID, ev.Kind, ev.PostID)
+	}
+}
