@@ -602,6 +602,12 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		}
 	}
 	raw := mayRaw && checked.Val() != ""
+	// A job of an author whose followers side is not known good, walked
+	// from its start through the one set with the guarded script, checks
+	// every follower it walks against the truth, marks unsure those who do
+	// not follow, and at its end marks the followers side known good (see
+	// doc.go, "Raw deliveries repaired after the fact").
+	checking := mayRaw && !raw && from == startCursor && first != nil && parseFollowerState(firstState.Val()) == (followerState{})
 	if raw && end.claimed {
 		if err := db.repairFromLog(ctx, authorID, seqText, postID, end.id); err != nil {
 			return err
@@ -628,6 +634,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		delivered int
 		gone      bool
 		finished  bool // its pipeline finished the job (finishFanOutLua)
+		checked   bool // its followers were checked against the truth (checking)
 		err       error
 	}
 	type inFlight struct {
@@ -739,7 +746,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 					return
 				}
 			}
-			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1}
+			checkedAll := checking && !gone && db.checkFollowers(ctx, authorID, followers) == nil
+			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1, checked: checkedAll}
 		}()
 		return b
 	}
@@ -785,6 +793,9 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			if h0 != "" && db.rawStep != nil {
 				db.rawStep("walked", followers)
 			}
+			if next.buckets > 0 {
+				checking = false // the walk went on in buckets
+			}
 			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0, h0, readAt))
 			pos, walked = next, last
 		}
@@ -800,6 +811,13 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		reached, delivered, batches = reached+len(cur.followers), delivered+r.delivered, batches+1
 		if r.gone {
 			return settle(undo(cur.followers))
+		}
+		checking = checking && r.checked
+		if cur.last && checking {
+			// Best effort: the next job of the author checks again.
+			if err := db.client.HSet(ctx, userKey(authorID), followersCheckedField, db.now().UnixMilli()).Err(); err != nil {
+				db.log.WarnContext(ctx, "mark followers checked", "user", authorID, "err", err)
+			}
 		}
 		if cur.last {
 			if r.finished {

@@ -278,9 +278,15 @@
 // Known good: the followers side of an author lists only followers, or
 // followers counted unsure, when every writer since it was empty counted
 // and logged; so followersCheckedField is set when a follow writes the
-// first follower into an empty set. Followers sides from earlier versions
-// keep the guarded delivery. Processes of earlier versions write without
-// counting: an upgrade must replace all of them (README).
+// first follower into an empty set. A followers side from an earlier
+// version keeps the guarded delivery until a job walks all of it from its
+// start in the one set: after each guarded batch, the job reads each
+// follower's truth and counts those who do not follow up in the unsure
+// hash, for good (checkFollowers), and once the last batch is done it
+// sets followersCheckedField. An entry it found agreeing agreed at that
+// read, and any change of it since was made by a writer that counts and
+// logs. Processes of earlier versions write without counting: an upgrade
+// must replace all of them (README).
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or

@@ -854,8 +854,7 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 					if c.Name() != "zadd" || len(args) < 2 {
 						return false
 					}
-					key, _ := args[1].(string)
-					return strings.HasSuffix(key, ":home")
+					return strings.HasSuffix(argString(args[1]), ":home")
 				}
 			}
 			db.client.AddHook(refuse)

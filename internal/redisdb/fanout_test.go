@@ -302,24 +302,15 @@ func BenchmarkCreatePost(b *testing.B) {
 
 // BenchmarkFanOut measures a worker's fan-out of one post to 50,000
 // followers, in deliveries per second.
-func BenchmarkFanOut(b *testing.B) { benchFanOut(b, true) }
-
-// BenchmarkFanOutGuarded is BenchmarkFanOut for an author whose followers
-// side is not known good (written by an earlier Warble): every batch goes
-// through deliverBatchScript, as before raw deliveries.
-func BenchmarkFanOutGuarded(b *testing.B) { benchFanOut(b, false) }
-
-func benchFanOut(b *testing.B, checked bool) {
+func BenchmarkFanOut(b *testing.B) {
 	db := newTestDB(b, Options{AsyncFanOut: true, PullThreshold: -1}) // push, however many followers
 	ada := mustSignup(b, db, "ada")
 	const n = 50000
 	manyFollowers(b, db, ada.ID, n)
-	if checked {
-		// As a Warble that wrote them into the empty set would have
-		// marked it: delivered raw (see rawdelivery.go).
-		if err := db.client.HSet(context.Background(), userKey(ada.ID), followersCheckedField, "1").Err(); err != nil {
-			b.Fatal(err)
-		}
+	// As a Warble that wrote them into the empty set would have marked
+	// it: delivered raw (see rawdelivery.go).
+	if err := db.client.HSet(context.Background(), userKey(ada.ID), followersCheckedField, "1").Err(); err != nil {
+		b.Fatal(err)
 	}
 	posts := NewPostService(db)
 	cpu, own := redisCPU(b, db), processCPU()

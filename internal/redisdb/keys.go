@@ -108,8 +108,8 @@ const followerBucketsField = "followerBuckets"
 // entry is logged as unsure (followersUnsureKey): set, to a unix ms, when
 // a follow writes the first follower into an empty one set (nothing there
 // can be stale then), or by a fan-out job that walked the whole one set
-// with the guarded delivery, which checks every entry against the truth
-// (see Worker). Fan-out delivers without a per-follower guard only to the
+// with the guarded delivery and checked every entry against the truth
+// (see fanOutJob and checkFollowers). Fan-out delivers without a per-follower guard only to the
 // followers of an account that has it.
 const followersCheckedField = "followersChecked"
 

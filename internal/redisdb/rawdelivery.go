@@ -2,6 +2,7 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -124,53 +125,75 @@ type rawBatch struct {
 // drops the second announce, or takes it for a RESYNC once the post has
 // left its recent seqs (hubChannel.handle): never a second POST_ADDED.
 func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists int64, err error) {
-	active := b.followers
-	if cutoff := db.inactiveCutoff(); cutoff > 0 && len(active) > 0 {
-		keys := make([]string, len(active))
-		for i, f := range active {
-			keys[i] = seenKey(f)
+	// The names of the batch's keys and channels, one string sliced (see
+	// deliveryNames): home, following and seen keys, then home channels.
+	n := len(b.followers)
+	names := deliveryNames(b.followers)
+	active := make([]int, 0, n) // indexes into b.followers
+	if cutoff := db.inactiveCutoff(); cutoff > 0 && n > 0 {
+		keys := make([]string, n)
+		for i := range b.followers {
+			keys[i] = names[3*i+2]
 		}
 		seen, err := db.client.MGet(ctx, keys...).Result()
 		if err != nil {
 			return 0, 0, fmt.Errorf("read seen times: %w", err)
 		}
-		active = make([]string, 0, len(b.followers))
-		for i, f := range b.followers {
+		for i := range b.followers {
 			if s, ok := seen[i].(string); ok {
 				if at, err := strconv.ParseInt(s, 10, 64); err == nil && at < cutoff {
 					continue // inactive: rebuilt when they come back
 				}
 			}
-			active = append(active, f)
+			active = append(active, i)
+		}
+	} else {
+		for i := range b.followers {
+			active = append(active, i)
 		}
 	}
-	if db.rawStep != nil {
-		db.rawStep("seen", active)
+	activeIDs := make([]string, len(active))
+	for j, i := range active {
+		activeIDs[j] = b.followers[i]
 	}
-	seq, _ := strconv.ParseFloat(b.seqText, 64)
+	if db.rawStep != nil {
+		db.rawStep("seen", activeIDs)
+	}
+	// The commands' arguments, boxed once where they are shared, and the
+	// names as pointers, which box without an allocation.
+	zadd, trim, seqArg, postArg := any("zadd"), any("zremrangebyrank"), any(b.seqText), any(b.postID)
+	zero, floor := any(0), any(-int64(db.opts.HomeCap)-1)
 	adds := make([]*redis.IntCmd, len(active))
-	channels := make([]string, len(active))
 	var after, first *redis.XMessageSliceCmd
 	var unsure *redis.SliceCmd
 	var numpat *redis.IntCmd
-	var numsub *redis.MapStringIntCmd
+	var numsub *redis.SliceCmd
 	var found *redis.IntCmd
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, f := range active {
-			adds[i] = pipe.ZAdd(ctx, homeKey(f), redis.Z{Score: seq, Member: b.postID})
-			if rawTrim(f, b.seqText) {
-				pipe.ZRemRangeByRank(ctx, homeKey(f), 0, -int64(db.opts.HomeCap)-1)
+		args := make([]any, 4*len(active))
+		for j, i := range active {
+			a := args[4*j : 4*j+4 : 4*j+4]
+			a[0], a[1], a[2], a[3] = zadd, &names[3*i], seqArg, postArg
+			adds[j] = redis.NewIntCmd(ctx, a...)
+			_ = pipe.Process(ctx, adds[j])
+			if rawTrim(b.followers[i], b.seqText) {
+				_ = pipe.Process(ctx, redis.NewIntCmd(ctx, trim, &names[3*i], zero, floor))
 			}
-			channels[i] = homeChannel(f)
 		}
 		// After the adds: a change of the followers side that this
 		// misses comes after them, and so does its writer's last step.
 		after = pipe.XRange(ctx, followersLogKey(b.authorID), "("+b.h0, "+")
 		first = pipe.XRangeN(ctx, followersLogKey(b.authorID), "-", "+", 1)
 		if len(active) > 0 {
-			unsure = pipe.HMGet(ctx, followersUnsureKey(b.authorID), active...)
+			unsure = pipe.HMGet(ctx, followersUnsureKey(b.authorID), activeIDs...)
 			numpat = pipe.PubSubNumPat(ctx)
-			numsub = pipe.PubSubNumSub(ctx, channels...)
+			sub := make([]any, 2, 2+len(active))
+			sub[0], sub[1] = "pubsub", "numsub"
+			for _, i := range active {
+				sub = append(sub, &names[3*n+i])
+			}
+			numsub = redis.NewSliceCmd(ctx, sub...)
+			_ = pipe.Process(ctx, numsub)
 		}
 		found = pipe.Exists(ctx, postKey(b.authorID, b.seqText))
 		if b.clear {
@@ -182,7 +205,7 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		return 0, 0, err
 	}
 	if db.rawStep != nil {
-		db.rawStep("added", active)
+		db.rawStep("added", activeIDs)
 	}
 	if len(active) == 0 {
 		return 0, found.Val(), nil
@@ -203,10 +226,11 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		all = true
 	}
 	unsureOf := unsure.Val()
+	// NUMSUB answers channel, count, channel, count, … in the order asked.
 	subs := numsub.Val()
 	everyone := numpat.Val() > 0 // a pattern subscriber, which NUMSUB does not count
 	type repair struct {
-		i   int
+		j   int
 		cmd *redis.Cmd
 	}
 	var repairs []repair
@@ -214,9 +238,15 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		return 0, 0, fmt.Errorf("repair deliveries: %w", err)
 	}
 	msgs := make([]string, len(active)) // the added message to announce, or ""
-	for i := range active {
-		if found.Val() == 1 && (adds[i].Val() == 1 || b.again) && (everyone || subs[channels[i]] > 0) {
-			msgs[i] = b.added
+	for j := range active {
+		listened := everyone
+		if 2*j+1 < len(subs) {
+			if c, _ := subs[2*j+1].(int64); c > 0 {
+				listened = true
+			}
+		}
+		if found.Val() == 1 && (adds[j].Val() == 1 || b.again) && listened {
+			msgs[j] = b.added
 		}
 	}
 	// A follower to announce to gets repairScript too, whether a suspect
@@ -225,11 +255,12 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	// cannot take the post off, with its RESYNC, before the announce,
 	// which a live home channel would then dispatch (hubChannel.added).
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		for i, f := range active {
-			if msgs[i] != "" || all || logged[f] || (unsureOf[i] != nil && unsureOf[i] != "0") {
-				cmd := db.pub(repairScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f)},
-					b.authorID, b.postID, channels[i], msgs[i])
-				repairs = append(repairs, repair{i: i, cmd: cmd})
+		for j, i := range active {
+			f := b.followers[i]
+			if msgs[j] != "" || all || logged[f] || (unsureOf[j] != nil && unsureOf[j] != "0") {
+				cmd := db.pub(repairScript).EvalSha(ctx, pipe, []string{names[3*i], names[3*i+1]},
+					b.authorID, b.postID, names[3*n+i], msgs[j])
+				repairs = append(repairs, repair{j: j, cmd: cmd})
 			}
 		}
 		return nil
@@ -241,9 +272,9 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 			if err := db.loadScript(ctx, db.pub(repairScript), true); err != nil {
 				return 0, 0, fmt.Errorf("repair deliveries: %w", err)
 			}
-			delivered, err := db.deliverRawRepairAgain(ctx, b, active, adds, msgs)
+			delivered, err := db.deliverRawRepairAgain(ctx, b, activeIDs, adds, msgs)
 			if err == nil && db.rawStep != nil {
-				db.rawStep("repaired", active)
+				db.rawStep("repaired", activeIDs)
 			}
 			if found.Val() == 0 {
 				delivered = 0
@@ -257,16 +288,16 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	removed := map[int]bool{}
 	for _, r := range repairs {
 		if v, _ := r.cmd.Int64(); v == 0 {
-			removed[r.i] = true
+			removed[r.j] = true
 		}
 	}
-	for i := range active {
-		if adds[i].Val() == 1 && !removed[i] && found.Val() == 1 {
+	for j := range active {
+		if adds[j].Val() == 1 && !removed[j] && found.Val() == 1 {
 			delivered++
 		}
 	}
 	if db.rawStep != nil {
-		db.rawStep("repaired", active)
+		db.rawStep("repaired", activeIDs)
 	}
 	return delivered, found.Val(), nil
 }
@@ -377,4 +408,42 @@ func (db *DB) loadScript(ctx context.Context, script *redis.Script, force bool) 
 	}
 	scriptLoads.Store(script, struct{}{})
 	return nil
+}
+
+// checkFollowers reads, for followers of authorID walked from the one set,
+// whether each follows authorID (the truth), and counts those who do not
+// up in authorID's unsure hash, for good: their entries are stale (left by
+// an earlier Warble, or by a writer that has not confirmed yet), and raw
+// deliveries must check them each time. It is one step of the walk that
+// makes a followers side known good (fanOutJob's checking), once per
+// author.
+func (db *DB) checkFollowers(ctx context.Context, authorID string, followers []string) error {
+	scores := make([]*redis.FloatCmd, len(followers))
+	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for i, f := range followers {
+			scores[i] = pipe.ZScore(ctx, followingKey(f), authorID)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	var stale []string
+	for i, c := range scores {
+		if errors.Is(c.Err(), redis.Nil) {
+			stale = append(stale, followers[i])
+		} else if c.Err() != nil {
+			return c.Err()
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, f := range stale {
+			pipe.HIncrBy(ctx, followersUnsureKey(authorID), f, 1)
+		}
+		return nil
+	})
+	return err
 }

@@ -467,3 +467,87 @@ func TestRawDeliveriesTrim(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowersCheckedByAGuardedWalk: the followers side of an author from
+// an earlier Warble (no followersChecked, entries that list people who do
+// not follow) is delivered to by the guarded script; the job that walks it
+// whole marks the stale entries unsure and the side checked, and the next
+// job, raw, keeps the stale ones' home timelines without the post.
+func TestFollowersCheckedByAGuardedWalk(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	if err := db.client.HDel(ctx, userKey(s.ada), followersCheckedField).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{s.followers[5], s.followers[400]}
+	for _, f := range stale {
+		if err := db.client.ZRem(ctx, followingKey(f), s.ada).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts := &countScripts{}
+	db.client.AddHook(scripts)
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if scripts.deliveries.Load() == 0 {
+		t.Fatal("the unchecked author's job ran no delivery script")
+	}
+	if v := db.client.HGet(ctx, userKey(s.ada), followersCheckedField).Val(); v == "" {
+		t.Fatal("a guarded walk of the whole followers set did not mark it checked")
+	}
+	unsure := db.client.HGetAll(ctx, followersUnsureKey(s.ada)).Val()
+	if len(unsure) != len(stale) || unsure[stale[0]] != "1" || unsure[stale[1]] != "1" {
+		t.Fatalf("unsure after the checking walk = %v, want %v at 1", unsure, stale)
+	}
+	p := mustCreatePostNoDrain(t, db, s.ada)
+	s.seq, s.postID = p.Seq, p.ID
+	before := scripts.deliveries.Load()
+	if err := s.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if scripts.deliveries.Load() != before {
+		t.Error("the job after the checking walk ran delivery scripts, want raw deliveries")
+	}
+	for _, f := range stale {
+		if s.holds(t, f) {
+			t.Errorf("stale follower %s got the raw job's post", f)
+		}
+	}
+	if !s.holds(t, s.followers[0]) || !s.holds(t, s.fred) {
+		t.Error("followers lack the raw job's post")
+	}
+}
+
+// TestHubAnnounceAfterItsAdd: a raw delivery announces a post after the
+// ZADD, in another step, so a live home channel may start in between (its
+// start reads the post) and then hear the announce, after newer posts
+// even. It never dispatches the post a second time: the late announce is
+// below what it dispatched, a RESYNC.
+func TestHubAnnounceAfterItsAdd(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	h := newTestHub(t, db)
+	ada, bob := mustSignup(t, db, "ada").ID, mustSignup(t, db, "bob").ID
+	mustFollow(t, db, bob, ada)
+	p1 := mustCreatePostNoDrain(t, db, ada)
+	// The raw ZADD, unannounced (the job is not run).
+	if err := db.client.ZAdd(ctx, homeKey(bob), redis.Z{Score: float64(p1.Seq), Member: p1.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	events := mustSubscribe(t, h, warble.HomeFeed(bob), nil)
+	// A newer post reaches bob, announced in the step that adds it.
+	if err := db.client.Del(ctx, fanoutStreamKey(0)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := mustCreatePost(t, db, ada, "newer")
+	wantAdded(t, nextEvent(t, events), p2)
+	// The raw delivery's late announce.
+	if err := db.publish(ctx, db.client, homeChannel(bob), encodeAdded(p1.Seq, p1.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, events); ev.Kind != warble.Resync {
+		t.Errorf("after a late announce of %s: %s (post %v), want a RESYNC", p1.ID, ev.Kind, ev.PostID)
+	}
+}
