@@ -193,9 +193,9 @@
 //
 // # Raw deliveries repaired after the fact
 //
-// On one Redis, a job that walks its author's one followers set, of an
-// author whose followers side is known good (followersCheckedField, see
-// below), delivers each batch without a script or a guard per follower
+// On one Redis, a job that walks its author's one followers set in more
+// than one batch, of an author whose followers side is known good
+// (followersCheckedField, see below), delivers each batch without a script or a guard per follower
 // (rawdelivery.go): plain ZADDs, then a repair. The guarantee above holds
 // for it by another argument, which needs two things of every follow and
 // unfollow: each change of the author's followers side is appended, in
