@@ -113,18 +113,24 @@ func TestRawDeliveriesArchivedPostRepaired(t *testing.T) {
 	if db.client.Exists(ctx, postKey(ada, seqText)).Val() != 0 {
 		t.Fatal("the post's hash is still in Redis: the test makes no case")
 	}
+	raced := false
 	db.rawStep = func(stage string, followers []string) {
 		if stage == "walked" && slices.Contains(followers, fred) {
+			raced = true
 			if err := follows.Unfollow(ctx, fred, ada); err != nil {
 				t.Errorf("the racing unfollow: %v", err)
 			}
 		}
 	}
+	// A follower a batch: a job of one batch keeps the guarded script.
 	end := &jobEnd{shard: 0, id: strconv.FormatInt(time.Now().UnixMilli(), 10) + "-0"}
-	if err := db.fanOutJob(ctx, ada, p.Seq, p.ID, startCursor, 250, noSave, end); err != nil {
+	if err := db.fanOutJob(ctx, ada, p.Seq, p.ID, startCursor, 1, noSave, end); err != nil {
 		t.Fatal(err)
 	}
 	db.rawStep = nil
+	if !raced {
+		t.Fatal("no raw batch walked fred: the test makes no case")
+	}
 	if db.client.ZScore(ctx, homeKey(fred), p.ID).Err() == nil {
 		t.Error("fred, who unfollowed, holds the archived post once its job ran again")
 	}
