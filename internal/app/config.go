@@ -124,7 +124,7 @@ func (c *Config) settings(p *pending) []setting {
 		{env: "REDIS_WAIT_TIMEOUT", flag: "redis-wait-timeout", value: &durationValue{v: &c.WaitTimeout, min: time.Millisecond},
 			usage: "how long a write waits for its replicas; one they did not confirm by then is answered with an error (it may have been kept)"},
 		{env: "REDIS_SET_LISTPACK", flag: "redis-set-listpack", value: (*boolValue)(&c.SetListpack),
-			usage: "at start, raise `zset-max-listpack-entries` to `HOME_TIMELINE_CAP` (and `zset-max-listpack-value` to 33) by `CONFIG SET` on every Redis server where they are lower, so that home timelines are kept compact, about 4 times smaller; `false` only checks and logs what to set. See [Compact timelines](#compact-timelines)"},
+			usage: "at start, raise `zset-max-listpack-entries` to `HOME_TIMELINE_CAP` + 128 (fan-out trims home timelines one add in 8, so they may pass their cap by a few entries, which readers never see) (and `zset-max-listpack-value` to 33) by `CONFIG SET` on every Redis server where they are lower, so that home timelines are kept compact, about 4 times smaller; `false` only checks and logs what to set. See [Compact timelines](#compact-timelines)"},
 		{env: "TRUST_FORWARDED_FOR", flag: "trust-forwarded-for", value: (*boolValue)(&c.TrustXFF),
 			usage: "behind a proxy that appends the client's address to `X-Forwarded-For`, take the address from there"},
 		{env: "FANOUT_WORKERS", flag: "fanout-workers", value: &intValue{v: &c.FanoutWorkers, min: 0},

@@ -171,6 +171,14 @@ func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []st
 		return keys.FollowerBucket(followeeID, keys.BucketOf(f, buckets))
 	}
 	now := r.nowMS()
+	if had == 0 && len(followerIDs) > 0 {
+		// As the services mark a followers side whose first follower
+		// they wrote into an empty set: fan-out delivers to it raw.
+		first := now - int64(len(followerIDs)-1)
+		if err := r.client.HSet(ctx, keys.User(followeeID), keys.FollowersChecked(), first).Err(); err != nil {
+			return fmt.Errorf("raw follows of %s: %w", followeeID, err)
+		}
+	}
 	for start := 0; start < len(followerIDs); start += r.chunk {
 		end := min(start+r.chunk, len(followerIDs))
 		pipe := r.client.Pipeline()
@@ -179,6 +187,7 @@ func (r *rawDB) follows(ctx context.Context, followeeID string, followerIDs []st
 			at := float64(now - int64(len(followerIDs)-1-i))
 			pipe.ZAddNX(ctx, keys.Following(f), redis.Z{Score: at, Member: followeeID})
 			pipe.ZAddNX(ctx, followersKey(f), redis.Z{Score: at, Member: f})
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: keys.FollowersLog(followeeID), Values: []any{"f", f}})
 			if len(posts) > 0 {
 				pipe.ZAdd(ctx, keys.Home(f), posts...)
 				pipe.ZRemRangeByRank(ctx, keys.Home(f), 0, -int64(r.homeCap+1))

@@ -359,12 +359,12 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 			args = &a
 		}
 	}
-	u, sess, ids, err := s.authenticate(ctx, token, args)
+	u, sess, ahead, err := s.authenticate(ctx, token, args)
 	if err != nil {
 		return ctx, nil, nil, err
 	}
-	if ids != nil {
-		ctx = context.WithValue(ctx, homeAheadKey{}, &homeAhead{args: *args, ids: ids})
+	if ahead != nil {
+		ctx = context.WithValue(ctx, homeAheadKey{}, ahead)
 	}
 	return ctx, u, sess, nil
 }
@@ -387,7 +387,7 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 // user it names exists, and gets the same answer: the session is looked up
 // by the hash of the whole token, so no secret is compared byte by byte,
 // and nothing is cut short when the user is unknown.
-func (s *AuthService) authenticate(ctx context.Context, token string, home *redis.ZRangeArgs) (*warble.User, *warble.Session, []string, error) {
+func (s *AuthService) authenticate(ctx context.Context, token string, home *redis.ZRangeArgs) (*warble.User, *warble.Session, *homeAhead, error) {
 	userID, ok := parseToken(token)
 	if !ok {
 		return nil, nil, nil, errSessionExpired
@@ -430,17 +430,17 @@ func (s *AuthService) authenticate(ctx context.Context, token string, home *redi
 	// Recording the visit may rebuild a returning user's home timeline
 	// after it was read: then FindTimeline reads it again.
 	recorded := s.seen(ctx, userID)
-	var ids []string
-	if !recorded && r.home != nil && r.home.Err() == nil {
-		ids = r.home.Val()
-		if ids == nil {
-			ids = []string{} // an empty timeline, read
+	var ahead *homeAhead
+	if !recorded && r.home != nil && r.home.Err() == nil && r.homeCard.Err() == nil {
+		ahead = &homeAhead{args: *home, ids: r.home.Val(), card: r.homeCard.Val()}
+		if ahead.ids == nil {
+			ahead.ids = []string{} // an empty timeline, read
 		}
 	}
 	displayName, _ := vals[1].(string)
 	createdAt, _ := vals[2].(string)
 	u := &warble.User{ID: userID, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
-	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, ids, nil
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, ahead, nil
 }
 
 // authenticateLegacy is Authenticate for a token of the old form: two round

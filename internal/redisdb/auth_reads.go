@@ -63,6 +63,7 @@ type sessionRead struct {
 	// AuthService.AuthenticateForHome).
 	homeArgs *redis.ZRangeArgs
 	home     *redis.StringSliceCmd
+	homeCard *redis.IntCmd // the home timeline's size, for the cap (see clampHome)
 }
 
 // newSessionReads returns the session reads of client, with a queue per
@@ -213,6 +214,9 @@ func (s *sessionReads) execQueued(ctx context.Context, batch []*sessionRead) {
 				if r.home != nil {
 					r.home.SetErr(err)
 				}
+				if r.homeCard != nil {
+					r.homeCard.SetErr(err)
+				}
 			}
 		}
 	}()
@@ -233,6 +237,7 @@ func (s *sessionReads) exec(ctx context.Context, batch []*sessionRead) {
 			// Queued by the pipeline's own method, so that it is the
 			// very command that rangeFeed would send.
 			r.home = pipe.ZRangeArgs(ctx, *r.homeArgs)
+			r.homeCard = pipe.ZCard(ctx, r.homeArgs.Key)
 		}
 	}
 	_, _ = pipe.Exec(ctx)

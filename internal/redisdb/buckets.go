@@ -67,6 +67,12 @@ import (
 // pages by time and id (a k-way merge), and fan-out walks the buckets one
 // after the other, each from that time on.
 
+// followersLogKeep is how long an entry stays in an account's followers
+// log (followersLogKey): far longer than a batch of fan-out takes from its
+// read of the log's end to its read of what came after (a batch that took
+// longer treats all its followers as suspects, see fanOutRaw).
+const followersLogKeep = 10 * time.Minute
+
 // Where an account's followers are, as followerBucketsField says.
 const (
 	bucketsQueued    = "queued:"
@@ -112,24 +118,52 @@ func parseFollowerState(s string) followerState {
 // account queued and answers that the caller is to queue the move; so
 // does any write to an account queued longer than bucketRequeueAfter ago.
 //
+// A write that changes the one set is logged in the same step: the
+// follower is appended to the account's followers log, trimmed there to
+// the entries of the last followersLogKeep by Redis's own clock (so that
+// the clocks of Warble's processes do not matter). A write for an account
+// whose followers are in buckets is logged whatever it changes, before the
+// bucket's write, a later step: fan-out without a guard walks the one set
+// only, but a batch it read there just before the move ended must still
+// see a removal made in a bucket after it (see doc.go, "Raw deliveries
+// repaired after the fact"). A follow into an empty one set marks the
+// account's followers side checked (followersCheckedField): it lists
+// nobody yet, so nothing in it can be stale, and every change from now on
+// is logged.
+//
 // KEYS[1] -> w:u:{<followee>}:followers
-// KEYS[2] -> w:u:{<followee>} (its followerBuckets field)
+// KEYS[2] -> w:u:{<followee>} (its followerBuckets and followersChecked fields)
+// KEYS[3] -> w:u:{<followee>}:followers-log
 // ARGV[1] -> follower id
 // ARGV[2] -> followed-at, unix ms; "" to remove the follower
 // ARGV[3] -> the bucket threshold; negative for none
 // ARGV[4] -> now, unix ms
 // ARGV[5] -> bucketRequeueAfter, ms
+// ARGV[6] -> followersLogKeep, ms
 //
 // Returns {the field before the write ("" if none), 1 to queue the move or 0}.
 var mirrorFollowersScript = redis.NewScript(`
+local function log()
+	local t = redis.call('TIME')
+	local minID = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[6]))
+	redis.call('XADD', KEYS[3], 'MINID', '~', minID, '*', 'f', ARGV[1])
+end
 local state = redis.call('HGET', KEYS[2], 'followerBuckets') or ''
 if string.match(state, '^%d+$') then
+	log()
 	return {state, 0}
 end
+local changed
 if ARGV[2] == '' then
-	redis.call('ZREM', KEYS[1], ARGV[1])
+	changed = redis.call('ZREM', KEYS[1], ARGV[1])
 else
-	redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+	if state == '' and redis.call('EXISTS', KEYS[1]) == 0 then
+		redis.call('HSET', KEYS[2], 'followersChecked', ARGV[4])
+	end
+	changed = redis.call('ZADD', KEYS[1], 'CH', ARGV[2], ARGV[1])
+end
+if changed > 0 then
+	log()
 end
 local queue = 0
 local queuedAt = string.match(state, '^queued:(%d+)$')
@@ -335,8 +369,9 @@ return scores
 // account past the threshold. It returns the keys it wrote, for
 // awaitReplicas.
 func (db *DB) mirrorFollower(ctx context.Context, followerID, followeeID, at string) ([]string, error) {
-	res, err := mirrorFollowersScript.Run(ctx, db.client, []string{followersKey(followeeID), userKey(followeeID)},
-		followerID, at, db.opts.FollowerBucketThreshold, db.now().UnixMilli(), bucketRequeueAfter.Milliseconds()).Slice()
+	keys := []string{followersKey(followeeID), userKey(followeeID), followersLogKey(followeeID)}
+	res, err := mirrorFollowersScript.Run(ctx, db.client, keys, followerID, at, db.opts.FollowerBucketThreshold,
+		db.now().UnixMilli(), bucketRequeueAfter.Milliseconds(), followersLogKeep.Milliseconds()).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +393,7 @@ func (db *DB) mirrorFollower(ctx context.Context, followerID, followeeID, at str
 	if state.migrating > 0 {
 		migrating = "1"
 	}
-	keys := []string{followerBucketKey(followeeID, b), followerTombstonesKey(followeeID, b)}
+	keys = []string{followerBucketKey(followeeID, b), followerTombstonesKey(followeeID, b)}
 	if err := mirrorBucketScript.Run(ctx, db.client, keys, followerID, at, migrating, tombstoneTTL.Milliseconds()).Err(); err != nil {
 		return nil, err
 	}
@@ -469,11 +504,31 @@ type walkEntry struct {
 // those after it. Else, with followers tied on the position's time,
 // walkFollowersScript reads the page in one step.
 func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member string, limit int) (entries []walkEntry, more bool, buckets int, err error) {
+	return db.walkFollowersLogged(ctx, key, userHash, at, member, limit, nil)
+}
+
+// walkLog is what a walk of an account's one followers set reads besides
+// the followers, for raw deliveries (see fanOutRaw): the followers log's
+// last id before the range, and where the followers are kept after it.
+type walkLog struct {
+	authorID string
+	last     string // the log's last id, "0-0" if it is empty
+	state    followerState
+}
+
+// walkFollowersLogged is walkFollowers, reading also, given log (and
+// userHash), the followers log's last id in the same pipeline before the
+// range and the account's followerBuckets field after it.
+func (db *DB) walkFollowersLogged(ctx context.Context, key, userHash, at, member string, limit int, log *walkLog) (entries []walkEntry, more bool, buckets int, err error) {
 	count := limit + 1 // one more, to learn whether there are more
 	if member != "" {
 		count++ // and the follower at the position, read again unless they left
 	}
 	pipe := db.client.Pipeline()
+	var last *redis.XMessageSliceCmd
+	if log != nil {
+		last = pipe.XRevRangeN(ctx, followersLogKey(log.authorID), "+", "-", 1)
+	}
 	rng := pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 		Key: key, Start: at, Stop: "+inf", ByScore: true, Count: int64(count),
 	})
@@ -485,6 +540,9 @@ func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member strin
 		return nil, false, 0, err
 	}
 	if state != nil {
+		if log != nil {
+			log.last, log.state = lastLogID(last), parseFollowerState(state.Val())
+		}
 		if n := parseFollowerState(state.Val()).buckets; n > 0 {
 			return nil, false, n, nil
 		}
@@ -505,6 +563,15 @@ func (db *DB) walkFollowers(ctx context.Context, key, userHash, at, member strin
 	}
 	more = len(entries) > limit
 	return entries[:min(limit, len(entries))], more, 0, nil
+}
+
+// lastLogID returns the id that an XREVRANGE … COUNT 1 of a followers log
+// answered, "0-0" for an empty log.
+func lastLogID(cmd *redis.XMessageSliceCmd) string {
+	if msgs := cmd.Val(); len(msgs) > 0 {
+		return msgs[0].ID
+	}
+	return "0-0"
 }
 
 // walkTiedFollowers is walkFollowers by walkFollowersScript.

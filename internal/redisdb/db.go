@@ -184,6 +184,17 @@ type DB struct {
 	// begins, by tests that fail a master over between a write and its
 	// wait, or look at what it waits for.
 	beforeWait func(ctx context.Context)
+	// mirrorWritten, if set, is called by mirrorFollow after each write of
+	// the followers side and before its read of the truth, by tests that
+	// race a fan-out or another writer against it there.
+	mirrorWritten func(followerID, followeeID string)
+	// rawStep, if set, is called between the steps of a batch of raw
+	// deliveries: "walked" once its followers are read, "seen" once its
+	// inactive followers are known, "added" once the adds and the reads
+	// after them have answered, "repaired" at its end (see deliverRaw),
+	// with the batch's (active) followers, by tests that put a follow or
+	// unfollow there.
+	rawStep func(stage string, followers []string)
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

@@ -519,6 +519,9 @@ type jobEnd struct {
 	// the global timeline, so that fanOutCarried does not (see
 	// createPostOneRedisScript).
 	listed bool
+	// claimed says that the job was taken over from another worker,
+	// which may have run part of it.
+	claimed bool
 }
 
 // fanOutJob is fanOut for a queued job, which end names (nil: none). On
@@ -551,11 +554,23 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	// order on its connection. A Redis Cluster pipeline sends each node's
 	// commands at once, in no order between nodes, so there the check
 	// waits for the listing's answer: one round trip more.
+	// A job on one Redis delivers raw (see rawdelivery.go) to the batches
+	// it reads from its author's one followers set, when the author's
+	// followers side is known good (followersCheckedField).
+	mayRaw := end != nil && !db.onCluster()
 	var exists *redis.IntCmd
 	var firstRead *redis.ZSliceCmd
-	var firstState *redis.StringCmd
+	var firstState, checked *redis.StringCmd
+	var firstLog *redis.XMessageSliceCmd
 	check := func(pipe redis.Pipeliner) {
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
+		if mayRaw {
+			checked = pipe.HGet(ctx, userKey(authorID), followersCheckedField)
+		}
+		if mayRaw && from == startCursor {
+			// Before the first batch's walk, as walkFollowersLogged reads it.
+			firstLog = pipe.XRevRangeN(ctx, followersLogKey(authorID), "+", "-", 1)
+		}
 		if from == startCursor {
 			// As walkFollowers reads from the start of the one set, with
 			// the followerBuckets field after the range.
@@ -586,6 +601,9 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
 		read := firstRead.Val()
 		first = &prefetched{followers: make([]string, min(batch, len(read))), next: startCursor, last: len(read) <= batch}
+		if firstLog != nil && parseFollowerState(firstState.Val()) == (followerState{}) {
+			first.h0 = lastLogID(firstLog)
+		}
 		for i := range first.followers {
 			first.followers[i], _ = read[i].Member.(string)
 		}
@@ -626,6 +644,18 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			pos = next
 		}
 	}
+	raw := mayRaw && checked.Val() != ""
+	// A job of an author whose followers side is not known good, walked
+	// from its start through the one set with the guarded script, checks
+	// every follower it walks against the truth, marks unsure those who do
+	// not follow, and at its end marks the followers side known good (see
+	// doc.go, "Raw deliveries repaired after the fact").
+	checking := mayRaw && !raw && from == startCursor && first != nil && parseFollowerState(firstState.Val()) == (followerState{})
+	if raw && end.claimed {
+		if err := db.repairFromLog(ctx, authorID, seqText, postID, end.id); err != nil {
+			return err
+		}
+	}
 	// Only a job that has delivered nothing yet may turn to pull: a resumed
 	// one goes on pushing, so that the undo above stays the whole story.
 	whole := first != nil && first.last && len(first.followers) <= db.opts.PullThreshold
@@ -647,6 +677,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		delivered int
 		gone      bool
 		finished  bool // its pipeline finished the job (finishFanOutLua)
+		checked   bool // its followers were checked against the truth (checking)
 		err       error
 	}
 	type inFlight struct {
@@ -656,8 +687,29 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		cleared   bool // its pipeline cleared fanOutPendingField
 		done      chan result
 	}
-	deliver := func(followers []string, next followerCursor, last, clear bool) *inFlight {
+	deliver := func(followers []string, next followerCursor, last, clear bool, h0 string, walked time.Time, verify bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
+		if h0 != "" {
+			// Raw: the job ends after the batch's repair has answered,
+			// in a round trip of its own (Worker.finish).
+			go func() {
+				n, found, err := db.deliverRaw(ctx, rawBatch{authorID: authorID, seqText: seqText, postID: postID,
+					added: added, followers: followers, h0: h0, walked: walked, clear: clear, again: end.claimed})
+				if err != nil {
+					b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
+					return
+				}
+				gone := false
+				if found == 0 {
+					if gone, err = db.deletedPost(ctx, authorID, postID); err != nil {
+						b.done <- result{err: err}
+						return
+					}
+				}
+				b.done <- result{delivered: n, gone: gone}
+			}()
+			return b
+		}
 		// A job's only batch in flight at its end finishes the job, on one
 		// Redis, where a script may touch the keys of two slots.
 		finishing := clear && end != nil && !db.onCluster()
@@ -737,7 +789,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 					return
 				}
 			}
-			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1}
+			checkedAll := verify && !gone && db.checkFollowers(ctx, authorID, followers) == nil
+			b.done <- result{delivered: n, gone: gone, finished: finishing && found == 1, checked: checkedAll}
 		}()
 		return b
 	}
@@ -762,13 +815,35 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			var followers []string
 			var next followerCursor
 			var last bool
+			h0, readAt := "", time.Now()
 			if first != nil {
 				followers, next, last = first.followers, first.next, first.last
+				if raw && !last {
+					// A job of one batch keeps the guarded script, which
+					// ends the job in the batch's pipeline: two round
+					// trips where raw deliveries take four, for a few
+					// hundred followers at most.
+					h0 = first.h0
+				}
 				first = nil
+			} else if raw {
+				wl := &walkLog{authorID: authorID}
+				if followers, next, last, err = db.followerChunkLogged(ctx, authorID, pos, batch, wl); err != nil {
+					return settle(err)
+				}
+				if wl.state == (followerState{}) {
+					h0 = wl.last // "" for a chunk of buckets
+				}
 			} else if followers, next, last, err = db.followerChunk(ctx, authorID, pos, batch); err != nil {
 				return settle(err)
 			}
-			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0))
+			if h0 != "" && db.rawStep != nil {
+				db.rawStep("walked", followers)
+			}
+			if next.buckets > 0 {
+				checking = false // the walk went on in buckets
+			}
+			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0, h0, readAt, checking))
 			pos, walked = next, last
 		}
 		cur := queue[0]
@@ -783,6 +858,13 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		reached, delivered, batches = reached+len(cur.followers), delivered+r.delivered, batches+1
 		if r.gone {
 			return settle(undo(cur.followers))
+		}
+		checking = checking && r.checked
+		if cur.last && checking {
+			// Best effort: the next job of the author checks again.
+			if err := db.client.HSet(ctx, userKey(authorID), followersCheckedField, db.now().UnixMilli()).Err(); err != nil {
+				db.log.WarnContext(ctx, "mark followers checked", "user", authorID, "err", err)
+			}
 		}
 		if cur.last {
 			if r.finished {
@@ -1097,9 +1179,19 @@ func (db *DB) unlistGlobal(ctx context.Context, seq int64, postID string) error 
 // A follow made meanwhile into a bucket walked already is, again, newer
 // than the post, and backfilled.
 func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCursor, n int) ([]string, followerCursor, bool, error) {
+	return db.followerChunkLogged(ctx, authorID, c, n, nil)
+}
+
+// followerChunkLogged is followerChunk, reading with a chunk of the one
+// set, given log, what raw deliveries need (see walkFollowersLogged);
+// log.last is "" for a chunk read elsewhere (in buckets).
+func (db *DB) followerChunkLogged(ctx context.Context, authorID string, c followerCursor, n int, log *walkLog) ([]string, followerCursor, bool, error) {
 	var followers []string
+	if log != nil {
+		log.last = ""
+	}
 	if c.buckets == 0 {
-		entries, more, moved, err := db.walkFollowers(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n)
+		entries, more, moved, err := db.walkFollowersLogged(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n, log)
 		if err != nil {
 			return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
 		}
@@ -1112,6 +1204,9 @@ func (db *DB) followerChunk(ctx context.Context, authorID string, c followerCurs
 				c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
 			}
 			return followers, c, !more, nil
+		}
+		if log != nil {
+			log.last = ""
 		}
 		c = followerCursor{buckets: moved, floor: c.at, at: c.at}
 	}
@@ -1139,6 +1234,7 @@ type prefetched struct {
 	followers []string
 	next      followerCursor
 	last      bool
+	h0        string // the followers log's last id before the read, for raw deliveries; "" for none
 }
 
 // noSave is a fanOut save function that saves nothing, for a fan-out

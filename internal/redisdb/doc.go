@@ -176,7 +176,8 @@
 //
 // Every delivery reads the truth in the step that adds, for each follower:
 // deliverScript, one follower per call (a Redis Cluster), and
-// deliverBatchScript, a batch of followers per call (one Redis), alike.
+// deliverBatchScript, a batch of followers per call (one Redis), alike;
+// raw deliveries do not, and repair instead (see the next section).
 // The unfollow's (1) came first and nothing is added, or the add came
 // first and the unfollow's (3), later still, takes it off. The followers
 // side only says whom to try: a follower it lists who does not follow (a
@@ -189,6 +190,103 @@
 // next Unfollow of the pair, takes them off. A client that hangs up is no
 // crash: once the truth is written, Follow and Unfollow run to their end
 // without its context.
+//
+// # Raw deliveries repaired after the fact
+//
+// On one Redis, a job that walks its author's one followers set in more
+// than one batch, of an author whose followers side is known good
+// (followersCheckedField, see below), delivers each batch without a script or a guard per follower
+// (rawdelivery.go): plain ZADDs, then a repair. The guarantee above holds
+// for it by another argument, which needs two things of every follow and
+// unfollow: each change of the author's followers side is appended, in
+// the step that makes it, to the author's followers log (followersLogKey),
+// and each follow or unfollow counts its follower up in the author's
+// unsure hash (followersUnsureKey) before its (1), down once its (2) is
+// confirmed against the truth, each writer once (under a token of its own,
+// so that a command that Redis runs twice, retried by go-redis, does not
+// count twice: one count down too many would clear a racing writer that
+// may still die between its (1) and its (2)).
+//
+// A batch reads the log's last id H0 and then the followers (the walk, at
+// tw, after H0), the ZADDs (at ta), then, after them, what the log holds
+// after H0 and which of the batch are unsure (at td), and repairs each
+// suspect, a follower of the batch logged after H0 or unsure: one step on
+// the follower's keys reads the truth and takes the post off (with a
+// RESYNC) if they do not follow. Take F, listed by the walk, who does not
+// follow once the unfollow (or the job) is done:
+//
+//   - F's entry was removed after tw (by an unfollow's (2), or a follow's
+//     correction of a stale add). That write logged an id above H0. If it
+//     came before td, the batch sees it and repairs F after td, when the
+//     truth, written before (2), says F does not follow. If it came after
+//     td, the writer's (3) (unbackfill, or the backfill of a follow that
+//     finds the follow gone) runs after it, so after ta, and takes the
+//     post off.
+//   - F's entry was not removed after tw. Some unfollow of the pair wrote
+//     the (1) that F's not following comes from. If that (1) came after
+//     ta, the post was delivered before it, the case of an unfollow that
+//     dies between (1) and (3) above (its (2) and (3), if they come, take
+//     the post off). If it came before tw, the entry still listed at tw
+//     means that its (2) had not removed it, or that a writer wrote the
+//     entry back after it: a follow that read the truth before that (1)
+//     and wrote after its (2), which reads the truth again, and is counted
+//     until it has taken the entry out again, a removal after tw (the
+//     case above). Else its (2) comes after tw (the case above) or never,
+//     and then its count, raised before its (1) and never lowered, marks
+//     F unsure at td, and F is repaired. If it came between tw and ta,
+//     its count went up before it, and came down only after a (2) that
+//     removed the entry after tw: F is unsure at td, or logged after H0.
+//   - That leaves a followers side listing a non-follower with nothing
+//     counted, which only a writer that never counted can leave: an
+//     earlier version (see below).
+//
+// The log keeps followersLogKeep by Redis's clock. A batch whose log lost
+// entries after H0 (its first id is past H0) or whose H0 is older than
+// half that checks every follower of the batch. A worker that dies between
+// the ZADDs and the repair leaves no suspect for the next run, whose walk
+// no longer lists a follower who left; so a job taken over first repairs
+// every follower logged since the job was queued (less a minute;
+// repairFromLog), which covers the followers of any batch its first
+// worker ran. A job taken over later than the log keeps its entries
+// cannot do that, and says so in the log: the one case where a stale post
+// may stay (it needs an unfollow between a batch's walk and its ZADDs, a
+// worker dying right after them, and the job left pending ten minutes).
+// That worker may also have died before its announce: the job taken over
+// finds the post in those timelines (its ZADD adds nothing), so it
+// announces it to every listened follower who holds it, and a home
+// channel that had it already drops the second announce.
+//
+// A deleted post is handled as for the guarded batches: the batch's check
+// (EXISTS) follows its ZADDs in the same pipeline. A post found gone is
+// repaired all the same: it may have moved to the archive (a job run
+// again, see deletedPost), and then the job goes on, and the archive
+// serves it to whoever holds its id. The inactive skip reads the batch's
+// seen times in a round trip before the ZADDs: a follower who comes back
+// between is rebuilt from the posts sets, which hold the post. The
+// announce goes out after the reads that follow the adds, for the
+// followers the ZADD added (or, in a job taken over, who hold the post)
+// and someone listens to, each in the step that repairs them (every one
+// of them gets it, suspect or not): it reads the truth first, so an
+// unfollow whose (1) comes after the batch's reads either comes after the
+// announce, and its (3) takes the post off with a RESYNC after it, or
+// before, and the step takes the post off instead of announcing it (a home
+// channel dispatches an announced post without reading the timeline). A
+// live home channel that started between the ZADD and the announce read
+// the post at its start and takes the announce as a post below what it
+// dispatched, a RESYNC (hubChannel.handle), never as a second POST_ADDED.
+//
+// Known good: the followers side of an author lists only followers, or
+// followers counted unsure, when every writer since it was empty counted
+// and logged; so followersCheckedField is set when a follow writes the
+// first follower into an empty set. A followers side from an earlier
+// version keeps the guarded delivery until a job walks all of it from its
+// start in the one set: after each guarded batch, the job reads each
+// follower's truth and counts those who do not follow up in the unsure
+// hash, for good (checkFollowers), and once the last batch is done it
+// sets followersCheckedField. An entry it found agreeing agreed at that
+// read, and any change of it since was made by a writer that counts and
+// logs. Processes of earlier versions write without counting: an upgrade
+// must replace all of them (README).
 //
 // Each atomic step stays in one hash slot: a shard's stream, its group,
 // its cursors and its outbox index share its tag ({fanout} or
@@ -276,8 +374,10 @@
 //
 // listpack.go: a home timeline kept as a listpack takes a quarter of the
 // memory of a skiplist. Warble checks at start that Redis's limit allows
-// it, and the scripts that write a home timeline never take it past its
-// cap, not even for an instant, so that it stays one.
+// its cap and the slack of raw deliveries (homeSlack), the scripts that
+// write a home timeline never take it past its cap, not even for an
+// instant, and raw deliveries trim one add in rawTrimEvery, so that it
+// stays one. Readers never see past the cap (clampHome).
 //
 // # Live timelines
 //

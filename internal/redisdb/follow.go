@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,7 +255,8 @@ return out
 // that calling Follow again repairs a follow that a crash cut short.
 func (s *FollowService) Follow(ctx context.Context, followerID, followeeID string) error {
 	ctx = s.db.noteWrites(ctx) // see awaitReplicas
-	if err := s.checkPair(ctx, followerID, followeeID, errFollowSelf); err != nil {
+	token, err := s.checkPair(ctx, followerID, followeeID, errFollowSelf)
+	if err != nil {
 		return err
 	}
 	res, err := followScript.Run(ctx, s.db.client, []string{followingKey(followerID)},
@@ -264,6 +266,10 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	}
 	status, _ := res[0].(int64)
 	if status < 0 {
+		// Nothing was written: the count checkPair made goes.
+		if err := confirmMirrorScript.Run(ctx, s.db.client, []string{followersUnsureKey(followeeID)}, followerID, token).Err(); err != nil {
+			return fmt.Errorf("follow %s -> %s: %w", followerID, followeeID, err)
+		}
 		return warble.Errorf(warble.EINVALID,
 			"You can follow at most %d users. Unfollow someone before following anyone else.", s.db.opts.MaxFollowing)
 	}
@@ -272,7 +278,7 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 	// does not list would get none of the followee's posts while the
 	// truth says they follow.
 	ctx = context.WithoutCancel(ctx)
-	written, err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1]))
+	written, err := s.mirrorFollow(ctx, followerID, followeeID, true, replyString(res[1]), token)
 	if err != nil {
 		return err
 	}
@@ -296,8 +302,9 @@ func (s *FollowService) Follow(ctx context.Context, followerID, followeeID strin
 // followee's new posts, then the followers set, then the followee's posts
 // in the home timeline with a RESYNC.
 func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID string) error {
-	if err := s.checkPair(ctx, followerID, followeeID,
-		warble.Errorf(warble.EINVALID, "You cannot unfollow yourself.")); err != nil {
+	token, err := s.checkPair(ctx, followerID, followeeID,
+		warble.Errorf(warble.EINVALID, "You cannot unfollow yourself."))
+	if err != nil {
 		return err
 	}
 	removedFollow, err := s.db.client.ZRem(ctx, followingKey(followerID), followeeID).Result()
@@ -310,7 +317,7 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 	// followers side listing the follower, which fan-out would go on
 	// trying.
 	ctx = context.WithoutCancel(ctx)
-	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
+	if _, err := s.mirrorFollow(ctx, followerID, followeeID, false, "", token); err != nil {
 		return err
 	}
 	// Announced in the step that takes the posts off (see
@@ -329,22 +336,59 @@ func (s *FollowService) Unfollow(ctx context.Context, followerID, followeeID str
 
 // checkPair returns the error for a follow or unfollow of followeeID by
 // followerID that cannot be made: malformed ids, oneself (selfErr), or a
-// user who does not exist.
-func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID string, selfErr error) error {
+// user who does not exist. For a pair that can be, it counts the follower
+// up in the followee's unsure hash in the same step (unsureScript), which
+// the caller's mirrorFollow counts down, and returns the token that names
+// this writer's count there.
+func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID string, selfErr error) (token string, err error) {
 	if !warble.ValidUserID(followerID) || !warble.ValidUserID(followeeID) {
-		return errBadUserID
+		return "", errBadUserID
 	}
 	if followerID == followeeID {
-		return selfErr
+		return "", selfErr
 	}
-	n, err := s.db.client.Exists(ctx, userKey(followeeID)).Result()
+	token = strconv.FormatUint(rand.Uint64(), 36)
+	n, err := unsureScript.Run(ctx, s.db.client, []string{userKey(followeeID), followersUnsureKey(followeeID)}, followerID, token).Int()
 	if err != nil {
-		return fmt.Errorf("follow %s -> %s: find followee: %w", followerID, followeeID, err)
+		return "", fmt.Errorf("follow %s -> %s: find followee: %w", followerID, followeeID, err)
 	} else if n == 0 {
-		return errNoUser
+		return "", errNoUser
 	}
-	return nil
+	return token, nil
 }
+
+// unsureScript counts a follower up in an existing account's unsure hash,
+// before a follow or unfollow of the pair writes the truth: from then
+// until mirrorFollow confirms that the followers side agrees with the
+// truth, the follower's entry there may be stale (see doc.go, "Raw
+// deliveries repaired after the fact"). Counted after the truth, a writer
+// that died between the truth and the followers side would leave a stale
+// entry that nothing marks. It does nothing for an account that does not
+// exist.
+//
+// Each writer counts once, under a token of its own, which it leaves in
+// the hash (field "<follower>:<token>") until its confirm: go-redis sends
+// a command again when a read timed out or the connection broke after it
+// was written, and a count up or down that Redis ran twice would miscount
+// the writers; one down too many would clear a racing writer that may
+// still die between the truth and the followers side, whose stale entry
+// then nothing marks.
+//
+// KEYS[1] -> w:u:{<followee>}
+// KEYS[2] -> w:u:{<followee>}:followers-unsure
+// ARGV[1] -> follower id
+// ARGV[2] -> the writer's token
+//
+// Returns 1 if the account exists, else 0.
+var unsureScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+	return 0
+end
+if redis.call('HSETNX', KEYS[2], ARGV[1] .. ':' .. ARGV[2], 1) == 1 then
+	redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+end
+return 1
+`)
 
 // mirrorFollow makes the followee's followers set agree with the follower's
 // following set, the truth, which the caller last saw as (following, at).
@@ -358,7 +402,17 @@ func (s *FollowService) checkPair(ctx context.Context, followerID, followeeID st
 // the read after the write. A write of the mirror is the one set, and the
 // follower's bucket too for an account whose followers are in buckets or
 // moving there (mirrorFollower). It returns the keys of the last write.
-func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at string) ([]string, error) {
+//
+// Once the truth agrees with the last write, it counts the follower down
+// in the followee's unsure hash, which the caller counted up before it
+// wrote the truth (checkPair). A writer that dies or fails between leaves
+// the follower counted for good, which costs fan-out a check of the truth
+// for that follower per job (see doc.go, "Raw deliveries repaired after
+// the fact").
+//
+// token names the caller's count (checkPair); "" for a caller that made
+// none, which then counts nothing down.
+func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID string, following bool, at, token string) ([]string, error) {
 	for {
 		mirrorAt := ""
 		if following {
@@ -367,6 +421,9 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 		written, err := s.db.mirrorFollower(ctx, followerID, followeeID, mirrorAt)
 		if err != nil {
 			return nil, fmt.Errorf("follow %s -> %s: update followers: %w", followerID, followeeID, err)
+		}
+		if s.db.mirrorWritten != nil {
+			s.db.mirrorWritten(followerID, followeeID)
 		}
 		score, err := s.db.client.ZScore(ctx, followingKey(followerID), followeeID).Result()
 		nowFollowing := err == nil
@@ -378,11 +435,37 @@ func (s *FollowService) mirrorFollow(ctx context.Context, followerID, followeeID
 			nowAt = strconv.FormatFloat(score, 'f', -1, 64)
 		}
 		if nowFollowing == following && (!following || parseReplyScore(nowAt) == parseReplyScore(at)) {
+			err := confirmMirrorScript.Run(ctx, s.db.client, []string{followersUnsureKey(followeeID)}, followerID, token).Err()
+			if err != nil {
+				return nil, fmt.Errorf("follow %s -> %s: confirm followers: %w", followerID, followeeID, err)
+			}
 			return written, nil
 		}
 		following, at = nowFollowing, nowAt
 	}
 }
+
+// confirmMirrorScript counts a follower down in an account's unsure hash
+// (see unsureScript), once a writer has confirmed that the followers side
+// agrees with the truth, and drops the field once no writer is left
+// unconfirmed. It counts down only if the writer's token is still there,
+// so that run twice it counts down once.
+//
+// KEYS[1] -> w:u:{<followee>}:followers-unsure
+// ARGV[1] -> follower id
+// ARGV[2] -> the writer's token
+//
+// Returns the count left.
+var confirmMirrorScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[1] .. ':' .. ARGV[2]) == 0 then
+	return tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or 0)
+end
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if left <= 0 then
+	redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return left
+`)
 
 // backfill copies the followee's newest posts, up to the home timeline cap,
 // into the follower's home timeline. It returns how many were added (or,

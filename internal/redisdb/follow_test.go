@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -1242,8 +1243,8 @@ func TestFollowCutShortByItsClient(t *testing.T) {
 				// The follow's write of ada's followers, which adds bob.
 				hook.match = func(args []any) bool {
 					name, _ := args[0].(string)
-					return (name == "evalsha" || name == "eval") && len(args) > 6 &&
-						args[3] == followersKey(ada) && args[5] == bob && args[6] != ""
+					return (name == "evalsha" || name == "eval") && len(args) > 7 &&
+						args[3] == followersKey(ada) && args[6] == bob && args[7] != ""
 				}
 				hook.before = func() {
 					// The racing unfollow: its following set, as it
@@ -1272,5 +1273,139 @@ func TestFollowCutShortByItsClient(t *testing.T) {
 				t.Errorf("ada's followers side lists bob, who does not follow her (%v)", err)
 			}
 		})
+	}
+}
+
+// followersLog returns the followers named by the entries of userID's
+// followers log, oldest first.
+func followersLog(tb testing.TB, db *DB, userID string) []string {
+	tb.Helper()
+	entries, err := db.client.XRange(context.Background(), followersLogKey(userID), "-", "+").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		f, _ := e.Values["f"].(string)
+		out = append(out, f)
+	}
+	return out
+}
+
+// TestFollowersLog checks what follows and unfollows leave in the
+// followee's followers log and unsure hash: one log entry per write of the
+// followers side, and an unsure count only for a write whose writer did
+// not confirm it.
+func TestFollowersLog(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	follows := NewFollowService(db)
+	ada, bob, cy := mustSignup(t, db, "ada"), mustSignup(t, db, "bob"), mustSignup(t, db, "cyd")
+	// The counts by follower, without the tokens of the writers counted.
+	unsure := func() map[string]string {
+		t.Helper()
+		m, err := db.client.HGetAll(ctx, followersUnsureKey(ada.ID)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.DeleteFunc(m, func(field, _ string) bool { return strings.Contains(field, ":") })
+		return m
+	}
+	checked := func() string {
+		t.Helper()
+		v, _ := db.client.HGet(ctx, userKey(ada.ID), followersCheckedField).Result()
+		return v
+	}
+
+	if err := follows.Follow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := followersLog(t, db, ada.ID); !slices.Equal(got, []string{bob.ID}) {
+		t.Fatalf("log after a follow = %v, want [%s]", got, bob.ID)
+	}
+	if got := unsure(); len(got) != 0 {
+		t.Fatalf("unsure after a confirmed follow = %v, want none", got)
+	}
+	if checked() == "" {
+		t.Fatal("a follow into an empty followers set did not mark the set checked")
+	}
+	if err := follows.Unfollow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := followersLog(t, db, ada.ID); !slices.Equal(got, []string{bob.ID, bob.ID}) {
+		t.Fatalf("log after the unfollow = %v, want [%s %s]", got, bob.ID, bob.ID)
+	}
+	if got := unsure(); len(got) != 0 {
+		t.Fatalf("unsure after a confirmed unfollow = %v, want none", got)
+	}
+
+	// A repeated unfollow changes nothing in the followers side: nothing
+	// logged.
+	if err := follows.Unfollow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := followersLog(t, db, ada.ID); len(got) != 2 {
+		t.Fatalf("log after a repeated unfollow = %v, want the 2 entries of before", got)
+	}
+	// An unfollow that dies after it wrote the truth and before the
+	// followers side leaves the follower unsure for good: cyd follows,
+	// and then the unfollow's first two steps only.
+	if err := follows.Follow(ctx, cy.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follows.checkPair(ctx, cy.ID, ada.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.client.ZRem(ctx, followingKey(cy.ID), ada.ID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := unsure(); got[cy.ID] != "1" {
+		t.Fatalf("unsure after an unfollow cut short = %v, want %s: 1", got, cy.ID)
+	}
+	// A follow racing an unfollow of the pair: the follow's first write is
+	// stale by the time it reads the truth, so it writes again; each
+	// change is logged, and both writers confirm theirs.
+	raced := false
+	db.mirrorWritten = func(followerID, followeeID string) {
+		if raced || followerID != bob.ID {
+			return
+		}
+		raced = true
+		if err := follows.Unfollow(ctx, bob.ID, ada.ID); err != nil {
+			t.Errorf("the racing unfollow: %v", err)
+		}
+	}
+	if err := follows.Follow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.mirrorWritten = nil
+	// bob, bob, cyd; then the follow's add of bob and the unfollow's
+	// removal (the follow's second write, a removal too, changes nothing).
+	if got, want := followersLog(t, db, ada.ID), []string{bob.ID, bob.ID, cy.ID, bob.ID, bob.ID}; !slices.Equal(got, want) {
+		t.Fatalf("log after the race = %v, want %v", got, want)
+	}
+	if n, _ := db.client.ZScore(ctx, followersKey(ada.ID), bob.ID).Result(); n != 0 {
+		t.Fatalf("bob is in ada's followers after a follow that lost to an unfollow (score %v)", n)
+	}
+	if got := unsure(); len(got) != 1 || got[cy.ID] != "1" {
+		t.Fatalf("unsure after the race = %v, want only %s: 1", got, cy.ID)
+	}
+}
+
+// TestFollowersCheckedOnlyFromEmpty checks that a follow into a followers
+// set that holds entries already (written by an earlier Warble, which did
+// not log) does not mark it checked.
+func TestFollowersCheckedOnlyFromEmpty(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada, bob, cy := mustSignup(t, db, "ada"), mustSignup(t, db, "bob"), mustSignup(t, db, "cyd")
+	if err := db.client.ZAdd(ctx, followersKey(ada.ID), redis.Z{Score: 1, Member: cy.ID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFollowService(db).Follow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.client.HGet(ctx, userKey(ada.ID), followersCheckedField).Result(); err != redis.Nil {
+		t.Fatalf("followersChecked = %q (%v) after a follow into a set with an unlogged entry, want none", v, err)
 	}
 }

@@ -38,7 +38,7 @@ func TestHubHomeFollowCutShort(t *testing.T) {
 	if err := db.client.ZAdd(ctx, followingKey(bob.ID), redis.Z{Score: parseReplyScore(at), Member: ada.ID}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, true, at); err != nil {
+	if _, err := follows.mirrorFollow(ctx, bob.ID, ada.ID, true, at, ""); err != nil {
 		t.Fatal(err)
 	}
 	if added, _, err := follows.backfill(ctx, bob.ID, ada.ID); err != nil || added != 1 {
@@ -214,7 +214,7 @@ func unfollowSides(t *testing.T, db *DB, follows *FollowService, followerID, fol
 	if err := db.client.ZRem(ctx, followingKey(followerID), followeeID).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := follows.mirrorFollow(ctx, followerID, followeeID, false, ""); err != nil {
+	if _, err := follows.mirrorFollow(ctx, followerID, followeeID, false, "", ""); err != nil {
 		t.Fatal(err)
 	}
 }

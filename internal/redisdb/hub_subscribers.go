@@ -113,6 +113,14 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	entriesCmd := pipe.ZRangeArgsWithScores(ctx, args)
 	oldestCmd := pipe.ZRangeWithScores(ctx, ch.key, 0, 0)
 	newestCmd := pipe.ZRangeWithScores(ctx, ch.key, -1, -1)
+	// A home timeline's cap-th newest entry: raw deliveries leave entries
+	// past the cap until a trim (see rawTrimEvery), which a resume must
+	// treat as trimmed, as pages do (clampHome).
+	var capCmd *redis.ZSliceCmd
+	if home {
+		capN := int64(h.db.opts.HomeCap)
+		capCmd = pipe.ZRangeWithScores(ctx, ch.key, -capN, -capN)
+	}
 	var archivedCmd *redis.StringCmd // how many of a user's posts are archived, see archivedCount
 	if ch.feed.Kind == warble.FeedUser && h.db.opts.Archive != nil {
 		archivedCmd = pipe.HGet(ctx, userKey(ch.feed.UserID), archivedPostsField)
@@ -134,6 +142,11 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 	oldest := oldestCmd.Val()
 	entries := feedEntries(entriesCmd.Val())
 	cut := feedCapped(ch.feed) && len(oldest) > 0 && afterSeq < int64(oldest[0].Score)
+	if capCmd != nil {
+		if floor := capCmd.Val(); len(floor) > 0 && afterSeq < int64(floor[0].Score) {
+			cut = true
+		}
+	}
 	if home && len(pulled) > 0 {
 		sources, err := h.db.pulledFollowed(ctx, ch.feed.UserID, pulled)
 		if err != nil {

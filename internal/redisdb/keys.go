@@ -72,6 +72,27 @@ func postsKey(userID string) string { return userKey(userID) + ":posts" }
 // (followerBucketKey) instead.
 func followersKey(userID string) string { return userKey(userID) + ":followers" }
 
+// followersLogKey is a STREAM, in an account's slot, of the changes of its
+// followers side: mirrorFollowersScript appends an entry with one field,
+// f (the follower), for each follower it adds, moves or removes (and for
+// each write of a bucketed account's), trimmed in the same step to the
+// last followersLogKeep: w:u:{<id>}:followers-log. Fan-out without a
+// per-follower guard reads it to find the followers whose entry changed
+// while it delivered (see doc.go, "Raw deliveries repaired after the
+// fact").
+func followersLogKey(userID string) string { return userKey(userID) + ":followers-log" }
+
+// followersUnsureKey is a HASH, in an account's slot, of the followers
+// whose followers-side entry may not agree with their following set, the
+// truth: a follow or unfollow counts the follower up before it writes the
+// truth (see FollowService.checkPair), and down once it has read the truth
+// again after its last write of the followers side (mirrorFollow); a
+// field is dropped at 0. A writer that dies between leaves its count
+// above 0 for good: w:u:{<id>}:followers-unsure. Fields: follower ids,
+// values: counts; and "<follower id>:<token>", value 1, for each writer
+// counted and not yet confirmed (see unsureScript).
+func followersUnsureKey(userID string) string { return userKey(userID) + ":followers-unsure" }
+
 // followerBucketsField is the field of a user's hash (userKey) that says
 // where their followers are kept, for an account that outgrew one sorted
 // set (see buckets.go). No field: in followersKey alone. "queued:<unix
@@ -81,6 +102,16 @@ func followersKey(userID string) string { return userKey(userID) + ":followers" 
 // the user hash so that reading a user, which reads the hash anyway,
 // learns it for free.
 const followerBucketsField = "followerBuckets"
+
+// followersCheckedField is the field of a user's hash (userKey) that says
+// their followers side is known to list only followers, or followers whose
+// entry is logged as unsure (followersUnsureKey): set, to a unix ms, when
+// a follow writes the first follower into an empty one set (nothing there
+// can be stale then), or by a fan-out job that walked the whole one set
+// with the guarded delivery and checked every entry against the truth
+// (see fanOutJob and checkFollowers). Fan-out delivers without a per-follower guard only to the
+// followers of an account that has it.
+const followersCheckedField = "followersChecked"
 
 // followerBucketKey is one of the ZSETs that hold the followers of an
 // account past Options.FollowerBucketThreshold, the followers whose
@@ -316,6 +347,15 @@ func (Layout) BucketOf(followerID string, n int) int { return followerBucket(fol
 func (Layout) BucketedFollowers(n int) (field, value string) {
 	return followerBucketsField, strconv.Itoa(n)
 }
+
+// FollowersLog is the stream of the changes of a user's followers side,
+// each entry a field "f" holding the follower.
+func (Layout) FollowersLog(userID string) string { return followersLogKey(userID) }
+
+// FollowersChecked is the field of the user hash, set to a unix ms, that
+// says the followers side lists only followers: set when the first
+// follower was written into an empty set.
+func (Layout) FollowersChecked() string { return followersCheckedField }
 
 // Following is the set of the users a user follows.
 func (Layout) Following(userID string) string { return followingKey(userID) }

@@ -29,10 +29,14 @@ import (
 // more of Redis per delivery, twice the time (BENCHMARKS.md).
 //
 // The scripts that write a home timeline keep it at its cap at every
-// moment (they trim before they add, see addCappedLua), so a limit equal
-// to HomeCap keeps every home timeline a listpack; adding first and
-// trimming after would take a full one past the limit for an instant and
-// make it a skiplist for good.
+// moment (they trim before they add, see addCappedLua); raw deliveries
+// (rawdelivery.go) add with a plain ZADD and trim only one add in
+// rawTrimEvery, so a home timeline may be up to homeSlack entries past its
+// cap in between, which readers do not see (clampHome). So Warble asks for
+// a limit of HomeCap + homeSlack, which keeps every home timeline a
+// listpack but for a run of homeSlack raw adds with no trim, about 4e-8 of
+// them; a timeline that passes the limit is a skiplist for good (until a
+// rewrite, addAllCapped's or a rebuild's).
 //
 // The global timeline is left to become a skiplist: it is one key, so a
 // listpack would save about 100 KB in all, while every post writes it and
@@ -82,14 +86,14 @@ func (c ListpackCheck) Short() bool {
 // CheckListpack reads zset-max-listpack-entries and -value on every server
 // (each master and replica of a Redis Cluster: a replica applies the
 // writes it is sent under its own settings, and becomes a master at a
-// failover) and compares them with HomeCap and the longest timeline
-// member. With set, it raises the ones that are lower by CONFIG SET (not
+// failover) and compares them with HomeCap plus homeSlack and the longest
+// timeline member. With set, it raises the ones that are lower by CONFIG SET (not
 // CONFIG REWRITE: Warble sets them again at each start). It logs, once,
 // what it found: a plain warning with what to set and what it costs when a
 // server is short, and that it could not check where a server refuses
 // CONFIG, as managed Redis services may; neither stops Warble.
 func (db *DB) CheckListpack(ctx context.Context, set bool) ListpackCheck {
-	wantEntries, wantValue := int64(db.opts.HomeCap), int64(maxTimelineMember)
+	wantEntries, wantValue := int64(db.opts.HomeCap+homeSlack), int64(maxTimelineMember)
 	check := ListpackCheck{WantEntries: wantEntries, WantValue: wantValue}
 	var mu sync.Mutex // guards check.Nodes, which the servers' goroutines fill
 	inspect := func(ctx context.Context, node *redis.Client) error {
@@ -183,7 +187,7 @@ func (db *DB) logListpackCheck(ctx context.Context, check ListpackCheck, set boo
 	}
 	if len(short) > 0 {
 		db.log.WarnContext(ctx, fmt.Sprintf("home timelines take about 4 times the memory they need: "+
-			"this Redis keeps a sorted set of more than its %s entries as a skiplist, and a full home timeline holds %d (HOME_TIMELINE_CAP). "+
+			"this Redis keeps a sorted set of more than its %s entries as a skiplist, and a full home timeline holds up to %d (HOME_TIMELINE_CAP and the slack of fan-out's amortized trim). "+
 			"Set %s in redis.conf (CONFIG SET for the running server, every master and replica), or let Warble do it at start with REDIS_SET_LISTPACK=true. "+
 			"A home timeline of %d posts then takes about %d KB instead of %d KB; each delivery to a full one costs about twice the Redis time (see the README, Compact timelines)",
 			listpackEntriesConfig, check.WantEntries, want, check.WantEntries, listpackKB(check.WantEntries), skiplistKB(check.WantEntries)),
@@ -220,8 +224,10 @@ func skiplistKB(entries int64) int64 { return (entries*1263 + 5000) / 10000 }
 // the cap stays one.
 //
 // addCapped(key, cap, score, member) adds one entry, first trimming the
-// oldest if the set is full. It returns 1 if it added the entry, 0 if the
-// set held it already or it is older than everything a full set keeps.
+// oldest if the set is full, down to the cap with the entry (raw
+// deliveries leave a set past its cap between their trims, see
+// rawTrimEvery). It returns 1 if it added the entry, 0 if the set held it
+// already or it is older than everything a full set keeps.
 //
 // addAllCapped(key, cap, entries) adds entries, a list {score, member,
 // score, member, …} with the scores as Redis gives and takes them
@@ -240,11 +246,14 @@ local function addCapped(key, cap, score, member)
 		-- lookup by member, which walks a listpack.
 		local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 		if tonumber(score) <= tonumber(newest[2]) then
-			local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-			if tonumber(score) < tonumber(oldest[2]) or redis.call('ZSCORE', key, member) then
+			-- The oldest entry the cap keeps: the cap-th newest (a
+			-- timeline may be past its cap, see rawTrimEvery).
+			local floor = redis.call('ZRANGE', key, n - cap, n - cap, 'WITHSCORES')
+			if tonumber(score) < tonumber(floor[2]) or redis.call('ZSCORE', key, member) then
 				return 0
 			end
 		end
+		-- Down to the cap less one, however far past it the set was.
 		redis.call('ZREMRANGEBYRANK', key, 0, n - cap)
 	end
 	return redis.call('ZADD', key, score, member)

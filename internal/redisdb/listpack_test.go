@@ -155,7 +155,8 @@ func interleave(a, b []string) []string {
 }
 
 // TestCheckListpack: Warble reads the limits of every server, warns
-// plainly when they are below the home cap, raises them when asked, and
+// plainly when they are below the home cap and its slack (1,000 + 128),
+// raises them when asked, and
 // only says it could not check on a server that refuses CONFIG.
 func TestCheckListpack(t *testing.T) {
 	ctx := context.Background()
@@ -174,7 +175,7 @@ func TestCheckListpack(t *testing.T) {
 	if got := strings.Count(log.String(), "level=WARN"); got != 1 {
 		t.Errorf("%d warnings, want 1:\n%s", got, log)
 	}
-	if !strings.Contains(log.String(), "zset-max-listpack-entries 1000 and zset-max-listpack-value 33") {
+	if !strings.Contains(log.String(), "zset-max-listpack-entries 1128 and zset-max-listpack-value 33") {
 		t.Errorf("the warning does not say what to set:\n%s", log)
 	}
 
@@ -185,8 +186,8 @@ func TestCheckListpack(t *testing.T) {
 	}
 	forEachNode(t, client, func(n *redis.Client) error {
 		entries, value, err := listpackLimits(ctx, n)
-		if err != nil || entries != 1000 || value != 33 {
-			t.Errorf("%s after CONFIG SET: entries %d, value %d, %v; want 1000, 33", n.Options().Addr, entries, value, err)
+		if err != nil || entries != 1000+homeSlack || value != 33 {
+			t.Errorf("%s after CONFIG SET: entries %d, value %d, %v; want %d, 33", n.Options().Addr, entries, value, err, 1000+homeSlack)
 		}
 		return nil
 	})

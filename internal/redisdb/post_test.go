@@ -251,7 +251,7 @@ func TestFanOutSkipsUnfollowed(t *testing.T) {
 				t.Fatalf("home of the follower in the race right after the fan-out = %v, want empty", got)
 			}
 			// The follow's last steps.
-			if _, err := s.mirrorFollow(ctx, bob.ID, ada.ID, true, at); err != nil {
+			if _, err := s.mirrorFollow(ctx, bob.ID, ada.ID, true, at, ""); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := s.backfill(ctx, bob.ID, ada.ID); err != nil {

@@ -108,7 +108,7 @@ func (s *PostService) FindTimeline(ctx context.Context, feed warble.Feed, page w
 				}
 			}
 			if len(sources) == 0 {
-				return s.db.rangeFeed(ctx, args)
+				return s.db.rangeHome(ctx, args)
 			}
 			return s.db.rangeMerged(ctx, feed.UserID, sources, args)
 		}
@@ -207,6 +207,7 @@ func pageRead(key, max string, count int) redis.ZRangeArgs {
 type homeAhead struct {
 	args redis.ZRangeArgs
 	ids  []string // what the read answered
+	card int64    // the timeline's size, read with it (see clampHome)
 }
 
 type homeAheadKey struct{}
@@ -399,14 +400,66 @@ func (db *DB) idEntries(ctx context.Context, ids []string, args redis.ZRangeArgs
 	return entries, nil
 }
 
-// rangeFeedAndPulled is rangeFeed and the pulled accounts (see
+// rangeHome is rangeFeed for a home timeline: with the range, in the same
+// round trip, it reads the timeline's size, and keeps only the entries a
+// timeline at its cap holds (clampHome).
+func (db *DB) rangeHome(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry, error) {
+	pipe := db.client.Pipeline()
+	rng := pipe.ZRangeArgs(ctx, args)
+	card := pipe.ZCard(ctx, args.Key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	entries, err := db.idEntries(ctx, rng.Val(), args)
+	if err != nil {
+		return nil, err
+	}
+	return db.clampHome(ctx, args, entries, card.Val())
+}
+
+// clampHome drops, from a range read of a home timeline with args, the
+// entries that rank at or past its cap, given the timeline's size read
+// with the range: raw deliveries let a home timeline grow past its cap
+// between their trims (see rawTrimEvery), and readers never see more than
+// the cap, as if every add had trimmed. Only a timeline past its cap, and
+// a read that reaches its oldest entries, costs a second round trip, for
+// the cap-th newest entry's seq, and of those only a read below a cursor
+// or as long as the cap: one from the newest entry down holds fewer than
+// the cap, all of them above it (most home pages are first pages, and a
+// full timeline is past its cap most of the time). A page read (newest
+// first) stops there, and goes on past it by pull, as past the cap of a
+// trimmed timeline.
+func (db *DB) clampHome(ctx context.Context, args redis.ZRangeArgs, entries []feedEntry, card int64) ([]feedEntry, error) {
+	capN := int64(db.opts.HomeCap)
+	if card <= capN || len(entries) == 0 {
+		return entries, nil
+	}
+	if start, _ := args.Start.(string); args.Rev && start == "+inf" && int64(len(entries)) < capN {
+		return entries, nil
+	}
+	floor, err := db.client.ZRangeWithScores(ctx, args.Key, -capN, -capN).Result()
+	if err != nil {
+		return nil, err
+	} else if len(floor) == 0 {
+		return entries, nil // trimmed to less than the cap since
+	}
+	kept := entries[:0:0]
+	for _, e := range entries {
+		if float64(e.seq) >= floor[0].Score {
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}
+
+// rangeFeedAndPulled is rangeHome and the pulled accounts (see
 // pulledAuthors).
 func (db *DB) rangeFeedAndPulled(ctx context.Context, args redis.ZRangeArgs) ([]feedEntry, []string, error) {
 	pulled, err := db.pulledAuthors(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	entries, err := db.rangeFeed(ctx, args)
+	entries, err := db.rangeHome(ctx, args)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -418,6 +471,9 @@ func (db *DB) rangeFeedAndPulled(ctx context.Context, args redis.ZRangeArgs) ([]
 func (db *DB) aheadAndPulled(ctx context.Context, ahead *homeAhead) ([]feedEntry, []string, error) {
 	entries, err := db.idEntries(ctx, ahead.ids, ahead.args)
 	if err != nil {
+		return nil, nil, err
+	}
+	if entries, err = db.clampHome(ctx, ahead.args, entries, ahead.card); err != nil {
 		return nil, nil, err
 	}
 	pulled, err := db.pulledAuthors(ctx)

@@ -641,7 +641,7 @@ func (w *Worker) run(ctx context.Context, shard int, m redis.XMessage, claimed b
 		}
 	}
 	save := func(next followerCursor) error { return w.saveCursor(ctx, shard, j.id, next) }
-	end := &jobEnd{shard: shard, id: j.id}
+	end := &jobEnd{shard: shard, id: j.id, claimed: claimed}
 	if !claimed {
 		// A job taken over may have been run in part, by a worker that
 		// walked the followers: it walks them too (see fanOutCarried).
