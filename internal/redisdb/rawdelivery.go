@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -58,11 +57,18 @@ const homeSlack = 16 * rawTrimEvery
 // rawTrim reports whether the raw delivery of the post of seq to follower
 // trims the timeline: about one in rawTrimEvery pairs, by FNV-1a of both.
 func rawTrim(follower, seqText string) bool {
-	h := fnv.New32a()
-	h.Write([]byte(follower))
-	h.Write([]byte{':'})
-	h.Write([]byte(seqText))
-	return h.Sum32()%rawTrimEvery == 0
+	// hash/fnv's FNV-1a, written out: it is asked for every delivery, and
+	// the loop hashes the strings where they are, with no []byte copy.
+	const offset, prime = 2166136261, 16777619
+	h := uint32(offset)
+	for i := 0; i < len(follower); i++ {
+		h = (h ^ uint32(follower[i])) * prime
+	}
+	h = (h ^ ':') * prime
+	for i := 0; i < len(seqText); i++ {
+		h = (h ^ uint32(seqText[i])) * prime
+	}
+	return h%rawTrimEvery == 0
 }
 
 // repairScript is the repair of a raw delivery to a suspect, and the
@@ -132,16 +138,21 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	names := deliveryNames(b.followers)
 	active := make([]int, 0, n) // indexes into b.followers
 	if cutoff := db.inactiveCutoff(); cutoff > 0 && n > 0 {
-		keys := make([]string, n)
+		// The keys as pointers into names, which box with no allocation,
+		// and the answer as strings, a missing one "", which need no box
+		// each either (the worker's CPU per delivery, BENCHMARKS.md).
+		args := make([]any, 1, 1+n)
+		args[0] = "mget"
 		for i := range b.followers {
-			keys[i] = names[3*i+2]
+			args = append(args, &names[3*i+2])
 		}
-		seen, err := db.client.MGet(ctx, keys...).Result()
+		mget := redis.NewStringSliceCmd(ctx, args...)
+		seen, err := mget, db.client.Process(ctx, mget)
 		if err != nil {
 			return 0, 0, fmt.Errorf("read seen times: %w", err)
 		}
-		for i := range b.followers {
-			if s, ok := seen[i].(string); ok {
+		for i, s := range seen.Val() {
+			if s != "" {
 				if at, err := strconv.ParseInt(s, 10, 64); err == nil && at < cutoff {
 					continue // inactive: rebuilt when they come back
 				}
@@ -164,21 +175,36 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	// names as pointers, which box without an allocation.
 	zadd, trim, seqArg, postArg := any("zadd"), any("zremrangebyrank"), any(b.seqText), any(b.postID)
 	zero, floor := any(0), any(-int64(db.opts.HomeCap)-1)
-	adds := make([]*redis.IntCmd, len(active))
+	// The adds and trims are commands of one slice, one allocation for
+	// the batch rather than one per command.
+	trims := 0
+	for _, i := range active {
+		if rawTrim(b.followers[i], b.seqText) {
+			trims++
+		}
+	}
+	cmds := make([]redis.IntCmd, len(active)+trims)
+	adds, trimCmds := cmds[:len(active)], cmds[len(active):]
 	var after, first *redis.XMessageSliceCmd
-	var unsure *redis.SliceCmd
+	var unsure *redis.StringSliceCmd
 	var numpat *redis.IntCmd
-	var numsub *redis.SliceCmd
+	var numsub *redis.StringSliceCmd
 	var found *redis.IntCmd
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		args := make([]any, 4*len(active))
+		args := make([]any, 4*len(active)+4*trims)
+		trimArgs := args[4*len(active):]
+		t := 0
 		for j, i := range active {
 			a := args[4*j : 4*j+4 : 4*j+4]
 			a[0], a[1], a[2], a[3] = zadd, &names[3*i], seqArg, postArg
-			adds[j] = redis.NewIntCmd(ctx, a...)
-			_ = pipe.Process(ctx, adds[j])
+			adds[j] = *redis.NewIntCmd(ctx, a...)
+			_ = pipe.Process(ctx, &adds[j])
 			if rawTrim(b.followers[i], b.seqText) {
-				_ = pipe.Process(ctx, redis.NewIntCmd(ctx, trim, &names[3*i], zero, floor))
+				a := trimArgs[4*t : 4*t+4 : 4*t+4]
+				a[0], a[1], a[2], a[3] = trim, &names[3*i], zero, floor
+				trimCmds[t] = *redis.NewIntCmd(ctx, a...)
+				_ = pipe.Process(ctx, &trimCmds[t])
+				t++
 			}
 		}
 		// After the adds: a change of the followers side that this
@@ -186,14 +212,22 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		after = pipe.XRange(ctx, followersLogKey(b.authorID), "("+b.h0, "+")
 		first = pipe.XRangeN(ctx, followersLogKey(b.authorID), "-", "+", 1)
 		if len(active) > 0 {
-			unsure = pipe.HMGet(ctx, followersUnsureKey(b.authorID), activeIDs...)
+			// As the seen times: fields and channels as pointers, the
+			// answers as strings.
+			hmget := make([]any, 2, 2+len(active))
+			hmget[0], hmget[1] = "hmget", followersUnsureKey(b.authorID)
+			for j := range activeIDs {
+				hmget = append(hmget, &activeIDs[j])
+			}
+			unsure = redis.NewStringSliceCmd(ctx, hmget...)
+			_ = pipe.Process(ctx, unsure)
 			numpat = pipe.PubSubNumPat(ctx)
 			sub := make([]any, 2, 2+len(active))
 			sub[0], sub[1] = "pubsub", "numsub"
 			for _, i := range active {
 				sub = append(sub, &names[3*n+i])
 			}
-			numsub = redis.NewSliceCmd(ctx, sub...)
+			numsub = redis.NewStringSliceCmd(ctx, sub...)
 			_ = pipe.Process(ctx, numsub)
 		}
 		found = pipe.Exists(ctx, postKey(b.authorID, b.seqText))
@@ -227,7 +261,8 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		all = true
 	}
 	unsureOf := unsure.Val()
-	// NUMSUB answers channel, count, channel, count, … in the order asked.
+	// NUMSUB answers channel, count, channel, count, … in the order asked;
+	// a missing unsure count reads "".
 	subs := numsub.Val()
 	everyone := numpat.Val() > 0 // a pattern subscriber, which NUMSUB does not count
 	type repair struct {
@@ -242,7 +277,7 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	for j := range active {
 		listened := everyone
 		if 2*j+1 < len(subs) {
-			if c, _ := subs[2*j+1].(int64); c > 0 {
+			if c, _ := strconv.ParseInt(subs[2*j+1], 10, 64); c > 0 {
 				listened = true
 			}
 		}
@@ -258,7 +293,7 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for j, i := range active {
 			f := b.followers[i]
-			if msgs[j] != "" || all || logged[f] || (unsureOf[j] != nil && unsureOf[j] != "0") {
+			if msgs[j] != "" || all || logged[f] || (unsureOf[j] != "" && unsureOf[j] != "0") {
 				cmd := db.pub(repairScript).EvalSha(ctx, pipe, []string{names[3*i], names[3*i+1]},
 					b.authorID, b.postID, names[3*n+i], msgs[j])
 				repairs = append(repairs, repair{j: j, cmd: cmd})
@@ -308,7 +343,7 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 // anything before the missing script, and a repair twice is harmless.
 // msgs holds the added message that each follower's repair was to
 // announce, or "".
-func (db *DB) deliverRawRepairAgain(ctx context.Context, b rawBatch, active []string, adds []*redis.IntCmd, msgs []string) (int, error) {
+func (db *DB) deliverRawRepairAgain(ctx context.Context, b rawBatch, active []string, adds []redis.IntCmd, msgs []string) (int, error) {
 	cmds := make([]*redis.Cmd, len(active))
 	_, err := db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		for i, f := range active {

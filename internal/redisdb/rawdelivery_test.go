@@ -3,6 +3,7 @@ package redisdb
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -549,5 +550,27 @@ func TestHubAnnounceAfterItsAdd(t *testing.T) {
 	}
 	if ev := nextEvent(t, events); ev.Kind != warble.Resync {
 		t.Errorf("after a late announce of %s: %s (post %v), want a RESYNC", p1.ID, ev.Kind, ev.PostID)
+	}
+}
+
+// TestRawTrimIsFNV1a: rawTrim's hand-written hash chooses the same trims
+// as hash/fnv's FNV-1a of "<follower>:<seq>", which doc comments and the
+// listpack bound (homeSlack) assume.
+func TestRawTrimIsFNV1a(t *testing.T) {
+	trims := 0
+	for f := range 2000 {
+		follower, seq := strconv.Itoa(f), strconv.Itoa(7*f+3)
+		h := fnv.New32a()
+		h.Write([]byte(follower + ":" + seq))
+		want := h.Sum32()%rawTrimEvery == 0
+		if got := rawTrim(follower, seq); got != want {
+			t.Fatalf("rawTrim(%q, %q) = %v, want %v", follower, seq, got, want)
+		}
+		if want {
+			trims++
+		}
+	}
+	if trims < 2000/rawTrimEvery/2 || trims > 2000/rawTrimEvery*2 {
+		t.Fatalf("rawTrim chose %d trims of 2000, want about %d", trims, 2000/rawTrimEvery)
 	}
 }
