@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -102,6 +103,43 @@ end
 return 0
 `)
 
+// rawReads is how many commands, at most, a batch's adds pipeline sends
+// besides its adds and trims: the log's two reads, the unsure HMGET, NUMPAT,
+// NUMSUB, EXISTS and the HDEL.
+const rawReads = 7
+
+// rawScratch is the memory of a batch's adds pipeline, kept from batch to
+// batch in rawScratches: the commands, their arguments and the queue of
+// them, a few tens of kilobytes a batch that the garbage collector no
+// longer marks and sweeps each time (the worker's CPU per delivery,
+// BENCHMARKS.md). Nothing holds them after deliverRaw returns: go-redis
+// forgets a pipeline's commands once it has read their answers.
+type rawScratch struct {
+	cmds  []redis.IntCmd
+	args  []any
+	queue []redis.Cmder
+}
+
+var rawScratches = sync.Pool{New: func() any { return new(rawScratch) }}
+
+// release clears s, so that a pooled scratch keeps no batch's names or
+// context alive, and puts it back.
+func (s *rawScratch) release() {
+	clear(s.cmds[:cap(s.cmds)])
+	clear(s.args[:cap(s.args)])
+	clear(s.queue[:cap(s.queue)])
+	rawScratches.Put(s)
+}
+
+// grow returns (*s)[:n], with *s made anew if it has less room.
+func grow[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n)
+	}
+	*s = (*s)[:n]
+	return *s
+}
+
 // rawBatch is a batch of followers to deliver to raw.
 type rawBatch struct {
 	authorID, seqText, postID, added string
@@ -137,14 +175,16 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	n := len(b.followers)
 	names := deliveryNames(b.followers)
 	active := make([]int, 0, n) // indexes into b.followers
+	scratch := rawScratches.Get().(*rawScratch)
+	defer scratch.release()
 	if cutoff := db.inactiveCutoff(); cutoff > 0 && n > 0 {
 		// The keys as pointers into names, which box with no allocation,
 		// and the answer as strings, a missing one "", which need no box
 		// each either (the worker's CPU per delivery, BENCHMARKS.md).
-		args := make([]any, 1, 1+n)
+		args := grow(&scratch.args, 1+n)
 		args[0] = "mget"
 		for i := range b.followers {
-			args = append(args, &names[3*i+2])
+			args[1+i] = &names[3*i+2]
 		}
 		mget := redis.NewStringSliceCmd(ctx, args...)
 		seen, err := mget, db.client.Process(ctx, mget)
@@ -175,66 +215,66 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	// names as pointers, which box without an allocation.
 	zadd, trim, seqArg, postArg := any("zadd"), any("zremrangebyrank"), any(b.seqText), any(b.postID)
 	zero, floor := any(0), any(-int64(db.opts.HomeCap)-1)
-	// The adds and trims are commands of one slice, one allocation for
-	// the batch rather than one per command.
+	// The adds and trims are commands of one slice, queued at once, with
+	// their arguments in another: memory of the batch that a worker's next
+	// batch reuses (rawScratch).
 	trims := 0
 	for _, i := range active {
 		if rawTrim(b.followers[i], b.seqText) {
 			trims++
 		}
 	}
-	cmds := make([]redis.IntCmd, len(active)+trims)
-	adds, trimCmds := cmds[:len(active)], cmds[len(active):]
-	var after, first *redis.XMessageSliceCmd
-	var unsure *redis.StringSliceCmd
+	m := len(active)
+	cmds := grow(&scratch.cmds, m+trims)
+	adds, trimCmds := cmds[:m], cmds[m:]
+	args := grow(&scratch.args, 4*(m+trims)+2*(2+m))
+	addArgs, trimArgs, hmget, sub := args[:4*m], args[4*m:4*(m+trims)], args[4*(m+trims):4*(m+trims)+2+m], args[4*(m+trims)+2+m:]
+	queue := grow(&scratch.queue, m+trims+rawReads)[:0]
+	t := 0
+	for j, i := range active {
+		a := addArgs[4*j : 4*j+4 : 4*j+4]
+		a[0], a[1], a[2], a[3] = zadd, &names[3*i], seqArg, postArg
+		adds[j] = *redis.NewIntCmd(ctx, a...)
+		queue = append(queue, &adds[j])
+		if rawTrim(b.followers[i], b.seqText) {
+			a := trimArgs[4*t : 4*t+4 : 4*t+4]
+			a[0], a[1], a[2], a[3] = trim, &names[3*i], zero, floor
+			trimCmds[t] = *redis.NewIntCmd(ctx, a...)
+			queue = append(queue, &trimCmds[t])
+			t++
+		}
+	}
+	// After the adds: a change of the followers side that this misses
+	// comes after them, and so does its writer's last step.
+	logKey := followersLogKey(b.authorID)
+	after := redis.NewXMessageSliceCmd(ctx, "xrange", logKey, "("+b.h0, "+")
+	first := redis.NewXMessageSliceCmd(ctx, "xrange", logKey, "-", "+", "count", 1)
+	queue = append(queue, after, first)
+	var unsure, numsub *redis.StringSliceCmd
 	var numpat *redis.IntCmd
-	var numsub *redis.StringSliceCmd
-	var found *redis.IntCmd
-	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-		args := make([]any, 4*len(active)+4*trims)
-		trimArgs := args[4*len(active):]
-		t := 0
+	if m > 0 {
+		// As the seen times: fields and channels as pointers, the answers
+		// as strings.
+		hmget[0], hmget[1] = "hmget", followersUnsureKey(b.authorID)
+		for j := range activeIDs {
+			hmget[2+j] = &activeIDs[j]
+		}
+		unsure = redis.NewStringSliceCmd(ctx, hmget...)
+		numpat = redis.NewIntCmd(ctx, "pubsub", "numpat")
+		sub[0], sub[1] = "pubsub", "numsub"
 		for j, i := range active {
-			a := args[4*j : 4*j+4 : 4*j+4]
-			a[0], a[1], a[2], a[3] = zadd, &names[3*i], seqArg, postArg
-			adds[j] = *redis.NewIntCmd(ctx, a...)
-			_ = pipe.Process(ctx, &adds[j])
-			if rawTrim(b.followers[i], b.seqText) {
-				a := trimArgs[4*t : 4*t+4 : 4*t+4]
-				a[0], a[1], a[2], a[3] = trim, &names[3*i], zero, floor
-				trimCmds[t] = *redis.NewIntCmd(ctx, a...)
-				_ = pipe.Process(ctx, &trimCmds[t])
-				t++
-			}
+			sub[2+j] = &names[3*n+i]
 		}
-		// After the adds: a change of the followers side that this
-		// misses comes after them, and so does its writer's last step.
-		after = pipe.XRange(ctx, followersLogKey(b.authorID), "("+b.h0, "+")
-		first = pipe.XRangeN(ctx, followersLogKey(b.authorID), "-", "+", 1)
-		if len(active) > 0 {
-			// As the seen times: fields and channels as pointers, the
-			// answers as strings.
-			hmget := make([]any, 2, 2+len(active))
-			hmget[0], hmget[1] = "hmget", followersUnsureKey(b.authorID)
-			for j := range activeIDs {
-				hmget = append(hmget, &activeIDs[j])
-			}
-			unsure = redis.NewStringSliceCmd(ctx, hmget...)
-			_ = pipe.Process(ctx, unsure)
-			numpat = pipe.PubSubNumPat(ctx)
-			sub := make([]any, 2, 2+len(active))
-			sub[0], sub[1] = "pubsub", "numsub"
-			for _, i := range active {
-				sub = append(sub, &names[3*n+i])
-			}
-			numsub = redis.NewStringSliceCmd(ctx, sub...)
-			_ = pipe.Process(ctx, numsub)
-		}
-		found = pipe.Exists(ctx, postKey(b.authorID, b.seqText))
-		if b.clear {
-			pipe.HDel(ctx, postKey(b.authorID, b.seqText), fanOutPendingField)
-		}
-		return nil
+		numsub = redis.NewStringSliceCmd(ctx, sub...)
+		queue = append(queue, unsure, numpat, numsub)
+	}
+	found := redis.NewIntCmd(ctx, "exists", postKey(b.authorID, b.seqText))
+	queue = append(queue, found)
+	if b.clear {
+		queue = append(queue, redis.NewIntCmd(ctx, "hdel", postKey(b.authorID, b.seqText), fanOutPendingField))
+	}
+	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		return pipe.BatchProcess(ctx, queue...)
 	})
 	if err != nil {
 		return 0, 0, err
