@@ -191,9 +191,12 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 		if err != nil {
 			return 0, 0, fmt.Errorf("read seen times: %w", err)
 		}
-		for i, s := range seen.Val() {
-			if s != "" {
-				if at, err := strconv.ParseInt(s, 10, 64); err == nil && at < cutoff {
+		times := seen.Val()
+		for i := range b.followers {
+			// A follower with no time read is delivered to: an answer
+			// short of one is no reason to skip anyone.
+			if i < len(times) && times[i] != "" {
+				if at, err := strconv.ParseInt(times[i], 10, 64); err == nil && at < cutoff {
 					continue // inactive: rebuilt when they come back
 				}
 			}
