@@ -224,6 +224,9 @@ func TestHubResume(t *testing.T) {
 				seqs = append(seqs, mustCreatePost(t, db, ada.ID, "before "+strconv.Itoa(i)).Seq)
 			}
 
+			// Taken before the posts during the subscription start: their
+			// goroutine appends to seqs.
+			after := warble.PostCursor(seqs[k-1])
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			wg.Add(1)
@@ -240,7 +243,6 @@ func TestHubResume(t *testing.T) {
 					mu.Unlock()
 				}
 			}()
-			after := warble.PostCursor(seqs[k-1])
 			events := mustSubscribe(t, h, tt.feed(ada.ID), &after)
 			wg.Wait()
 
