@@ -901,19 +901,7 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 			if pending := mustPending(t, db, author); pending == 0 {
 				t.Error("no job pending after its deliveries were refused")
 			}
-			// What a worker that takes the job over does.
-			w.nextClaim = time.Time{}
-			w.opts.ClaimIdle = time.Millisecond
-			time.Sleep(5 * time.Millisecond)
-			for {
-				n, err := w.step(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n == 0 {
-					break
-				}
-			}
+			takeOverJobs(ctx, t, w)
 			if got := holding(t, db, followers, postID); got != len(followers) {
 				t.Errorf("%d of %d followers hold %s", got, len(followers), postID)
 			}
@@ -942,14 +930,7 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 		t.Skip("a Redis Cluster queues jobs through the outbox, and lists the post before its deliveries")
 	}
 	author, _, _ := splitPostID(postID)
-	for {
-		n, err := w.step(ctx)
-		if err != nil {
-			t.Fatal(err)
-		} else if n == 0 {
-			break
-		}
-	}
+	stepAll(ctx, t, w)
 	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -963,18 +944,7 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// What a worker that takes the job over does.
-	w.nextClaim = time.Time{}
-	w.opts.ClaimIdle = time.Millisecond
-	time.Sleep(5 * time.Millisecond)
-	for {
-		n, err := w.step(ctx)
-		if err != nil {
-			t.Fatal(err)
-		} else if n == 0 {
-			break
-		}
-	}
+	takeOverJobs(ctx, t, w)
 	if err := db.client.ZScore(ctx, globalKey, unlisted).Err(); err != nil {
 		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
 	}
@@ -987,4 +957,27 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 	if marks := db.client.Keys(ctx, prefix+"*:delivered:*").Val(); len(marks) != 0 {
 		t.Errorf("delivery marks outlived their jobs: %v", marks)
 	}
+}
+
+// stepAll runs w's steps until one finds no job.
+func stepAll(ctx context.Context, t *testing.T, w *Worker) {
+	t.Helper()
+	for {
+		n, err := w.step(ctx)
+		if err != nil {
+			t.Fatal(err)
+		} else if n == 0 {
+			return
+		}
+	}
+}
+
+// takeOverJobs does what a worker that takes over the jobs left pending
+// does: it claims them at once, and runs them and any new ones.
+func takeOverJobs(ctx context.Context, t *testing.T, w *Worker) {
+	t.Helper()
+	w.nextClaim = time.Time{}
+	w.opts.ClaimIdle = time.Millisecond
+	time.Sleep(5 * time.Millisecond) // past ClaimIdle
+	stepAll(ctx, t, w)
 }
