@@ -151,6 +151,13 @@ func (db *DB) pulledAuthors(ctx context.Context) ([]string, error) {
 // never ask the archive). Reads in ascending order (the live hub's) are of
 // new posts, which are in Redis; a replay from an older cursor checks
 // archivedFloor.
+//
+// The same pipeline reads whether userID still follows each source, and
+// a source no longer followed adds nothing. The caller's list may be older
+// than an unfollow: a live home channel's routes change on the unfollow's
+// RESYNC, which on a Redis Cluster comes on another master's connection
+// than a pulled account's post, so the post's message can be handled
+// first; a post made after the unfollow answered must not come.
 func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, args redis.ZRangeArgs) ([]feedEntry, error) {
 	capN := int64(db.opts.HomeCap)
 	keys := mergedKeys(userID, sources)
@@ -167,6 +174,10 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	floors := make([]*redis.ZSliceCmd, len(keys))
 	counts := make([]*redis.IntCmd, len(keys))
 	archived := make([]*redis.StringCmd, len(keys))
+	var follows *redis.Cmd
+	if len(sources) > 0 {
+		follows = zmscore(ctx, pipe, followingKey(userID), sources)
+	}
 	for i, key := range keys {
 		args.Key = key
 		ranges[i] = pipe.ZRangeArgsWithScores(ctx, args)
@@ -181,9 +192,28 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
+	// followed[i] for keys[i]: the home timeline, and the sources still
+	// followed.
+	followed := make([]bool, len(keys))
+	followed[0] = true
+	kept := keys[:1:1]
+	if follows != nil {
+		scores, err := parseScores(follows, len(sources))
+		if err != nil {
+			return nil, err
+		}
+		for i, at := range scores {
+			if followed[i+1] = at >= 0; followed[i+1] {
+				kept = append(kept, keys[i+1])
+			}
+		}
+	}
 	var older []feedEntry // the pulled sources' archived posts in the page
 	var short []string
 	for i := 1; archive != nil && i < len(keys); i++ {
+		if !followed[i] {
+			continue
+		}
 		if n, _ := archived[i].Int64(); n > 0 && int64(len(ranges[i].Val())) < args.Count {
 			short = append(short, sources[i-1])
 		}
@@ -204,6 +234,9 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	var merged []feedEntry
 	var deep int64
 	for i := range keys {
+		if !followed[i] {
+			continue
+		}
 		floor := int64(-1)
 		if f := floors[i].Val(); len(f) == 1 {
 			floor = int64(f[0].Score)
@@ -219,7 +252,7 @@ func (db *DB) rangeMerged(ctx context.Context, userID string, sources []string, 
 	}
 	merged = mergeEntries(append(older, merged...), args.Rev, int(args.Count))
 	if args.Rev && deep+int64(len(merged)) > capN {
-		cut, _, _, err := db.cutMerged(ctx, keys)
+		cut, _, _, err := db.cutMerged(ctx, kept)
 		if err != nil {
 			return nil, err
 		}
