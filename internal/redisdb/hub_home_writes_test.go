@@ -97,31 +97,22 @@ func TestHubHomeUnfollowCutShort(t *testing.T) {
 // finds the follow gone, the live home timeline must stop routing the
 // followee's posts, which only a RESYNC makes it read again.
 func TestHubHomeUnfollowPulledCutShort(t *testing.T) {
-	ctx := context.Background()
-	db := newTestDB(t, Options{PullThreshold: 1})
-	h := newTestHub(t, db)
-	follows := NewFollowService(db)
-	bob := mustSignup(t, db, "bob")
-	other := mustSignup(t, db, "other")
-	celeb := mustSignup(t, db, "celeb")
-	mustFollow(t, db, bob.ID, celeb.ID)
-	mustFollow(t, db, other.ID, celeb.ID)
-	mustCreatePost(t, db, celeb.ID, "pulled from now on")
-	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
-	routed := mustCreatePost(t, db, celeb.ID, "routed")
-	wantAdded(t, nextEvent(t, events), routed)
-
+	db, follows, bob, celeb, events := livePulledFollow(t)
 	// Unfollow's steps before its RESYNC.
-	unfollowSides(t, db, follows, bob.ID, celeb.ID)
+	unfollowSides(t, db, follows, bob, celeb)
 	// The user unfollows again, which repairs an unfollow cut short.
-	if err := follows.Unfollow(ctx, bob.ID, celeb.ID); err != nil {
+	if err := follows.Unfollow(context.Background(), bob, celeb); err != nil {
 		t.Fatal(err)
 	}
 
-	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
-	own := mustCreatePost(t, db, bob.ID, "bob's own")
-	if added, _ := homeEventsUntil(t, events, own.ID); slices.Contains(added, late.ID) {
+	late := mustCreatePost(t, db, celeb, "after the unfollow")
+	own := mustCreatePost(t, db, bob, "bob's own")
+	added, resync := homeEventsUntil(t, events, own.ID)
+	if slices.Contains(added, late.ID) {
 		t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
+	}
+	if !resync {
+		t.Error("no RESYNC after the repeated unfollow: the live home timeline would go on routing the account")
 	}
 }
 
@@ -132,9 +123,23 @@ func TestHubHomeUnfollowPulledCutShort(t *testing.T) {
 // stops before it): the channel still routes the account's posts, and the
 // post must not come all the same.
 func TestHubHomeRoutedBeforeResync(t *testing.T) {
+	db, follows, bob, celeb, events := livePulledFollow(t)
+	unfollowSides(t, db, follows, bob, celeb)
+	late := mustCreatePost(t, db, celeb, "after the unfollow")
+	own := mustCreatePost(t, db, bob, "bob's own")
+	if added, _ := homeEventsUntil(t, events, own.ID); slices.Contains(added, late.ID) {
+		t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
+	}
+}
+
+// livePulledFollow has bob follow celeb, a pulled account (PullThreshold
+// 1, and another follower), and listen to his home timeline, which has
+// shown one of celeb's posts live. It returns bob's and celeb's ids and
+// the home timeline's events.
+func livePulledFollow(t *testing.T) (*DB, *FollowService, string, string, <-chan *warble.TimelineEvent) {
+	t.Helper()
 	db := newTestDB(t, Options{PullThreshold: 1})
 	h := newTestHub(t, db)
-	follows := NewFollowService(db)
 	bob := mustSignup(t, db, "bob")
 	other := mustSignup(t, db, "other")
 	celeb := mustSignup(t, db, "celeb")
@@ -144,13 +149,7 @@ func TestHubHomeRoutedBeforeResync(t *testing.T) {
 	events := mustSubscribe(t, h, warble.HomeFeed(bob.ID), nil)
 	routed := mustCreatePost(t, db, celeb.ID, "routed")
 	wantAdded(t, nextEvent(t, events), routed)
-
-	unfollowSides(t, db, follows, bob.ID, celeb.ID)
-	late := mustCreatePost(t, db, celeb.ID, "after the unfollow")
-	own := mustCreatePost(t, db, bob.ID, "bob's own")
-	if added, _ := homeEventsUntil(t, events, own.ID); slices.Contains(added, late.ID) {
-		t.Fatalf("post %s of an account bob no longer follows came live on his home timeline", late.ID)
-	}
+	return db, NewFollowService(db), bob.ID, celeb.ID, events
 }
 
 // heldRead makes the first command named name whose first key is key wait,
