@@ -902,15 +902,7 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 				t.Error("no job pending after its deliveries were refused")
 			}
 			takeOverJobs(ctx, t, w)
-			if got := holding(t, db, followers, postID); got != len(followers) {
-				t.Errorf("%d of %d followers hold %s", got, len(followers), postID)
-			}
-			if pending := mustPending(t, db, author); pending != 0 {
-				t.Errorf("%d jobs pending once run again, want none", pending)
-			}
-			if marks := db.client.Keys(ctx, prefix+"*:delivered:*").Val(); len(marks) != 0 {
-				t.Errorf("delivery marks outlived their jobs: %v", marks)
-			}
+			wantJobDone(ctx, t, db, author, followers, postID)
 		})
 	}
 }
@@ -948,8 +940,16 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 	if err := db.client.ZScore(ctx, globalKey, unlisted).Err(); err != nil {
 		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
 	}
-	if got := holding(t, db, followers, unlisted); got != len(followers) {
-		t.Errorf("%d of %d followers hold %s", got, len(followers), unlisted)
+	wantJobDone(ctx, t, db, author, followers, unlisted)
+}
+
+// wantJobDone checks what a refused job run again must have left: every
+// follower holds postID, none of author's jobs is pending, and no job's
+// delivery mark is left.
+func wantJobDone(ctx context.Context, t *testing.T, db *DB, author string, followers []string, postID string) {
+	t.Helper()
+	if got := holding(t, db, followers, postID); got != len(followers) {
+		t.Errorf("%d of %d followers hold %s", got, len(followers), postID)
 	}
 	if pending := mustPending(t, db, author); pending != 0 {
 		t.Errorf("%d jobs pending once run again, want none", pending)
