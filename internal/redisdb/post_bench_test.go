@@ -120,24 +120,30 @@ func BenchmarkSmallPost(b *testing.B) {
 	})
 }
 
-// BenchmarkWalkedJob compares, for a job that walks its author's followers
-// (more than a post carries), raw deliveries (rawdelivery.go) with the
-// guarded script, the author's followers side known good either way: per
-// job, one at a time by one worker with the server's batch (DefaultBatch),
-// Redis's CPU and this process's per delivery, the round trips, and the
-// job's time (ns/op). It is what rawJob's rule rests on. Run with
+// BenchmarkWalkedJob compares, for a job that walks its author's followers,
+// raw deliveries (rawdelivery.go) with the guarded script, the author's
+// followers side known good either way, and for as many followers as a
+// post's job carries, with the carried job's guarded pipeline
+// (fanOutCarried): per job, one at a time by one worker with the server's
+// batch (DefaultBatch), Redis's CPU and this process's per delivery, the
+// round trips, and the job's time (ns/op). It is what rawJob's rule, and
+// the carried jobs' pipeline, rest on. Run with
 //
 //	go test -run '^$' -bench BenchmarkWalkedJob -cpu 2 ./internal/redisdb
 func BenchmarkWalkedJob(b *testing.B) {
 	ctx := context.Background()
+	carriedUpTo := min(deliverBatch, DefaultPullThreshold) // carriedFollowers
 	for _, n := range []int{20, 100, 250, 300, 500, 1000, 2000, 4000} {
-		for _, path := range []string{"raw", "guarded"} {
+		for _, path := range []string{"raw", "guarded", "carried"} {
+			if path == "carried" && n > carriedUpTo {
+				continue
+			}
 			b.Run(fmt.Sprintf("followers=%d/%s", n, path), func(b *testing.B) {
 				db := newTestDB(b, Options{AsyncFanOut: true})
 				if db.onCluster() {
 					b.Skip("raw deliveries are for one Redis")
 				}
-				db.rawFrom = map[string]int{"raw": 1, "guarded": math.MaxInt}[path]
+				db.rawFrom = map[string]int{"raw": 1, "guarded": math.MaxInt}[path] // a carried job never asks
 				author := mustSignup(b, db, "author")
 				fans := manyFollowers(b, db, author.ID, n)
 				pipe := db.client.Pipeline()
@@ -157,7 +163,7 @@ func BenchmarkWalkedJob(b *testing.B) {
 						b.Fatal(err)
 					}
 					last = p.ID
-					if n <= db.carriedFollowers() {
+					if path != "carried" && n <= db.carriedFollowers() {
 						// A job that walks its followers, as one the outbox
 						// sweep queued.
 						requeueWithoutFollowers(b, db, p.ID)
