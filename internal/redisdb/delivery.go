@@ -901,8 +901,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 // takes two (the job ends in its pipeline), but cost Redis about half as
 // much per follower: in BenchmarkWalkedJob, one batch of 100 followers
 // costs Redis 2.1-3.0 µs a delivery raw against 3.4-4.1 guarded, and the
-// job is 10-20% shorter, while one of 20 followers costs about the same
-// Redis either way and the worker 40% more CPU raw. Redis's time is what
+// job is 10-20% shorter, while one of 20 followers saves Redis a tenth
+// and costs the worker 30-40% more CPU raw. Redis's time is what
 // every request waits in line for (BENCHMARKS.md, post-7), so the
 // line is drawn where raw starts to save it.
 const rawMinFollowers = 100

@@ -817,7 +817,8 @@ func TestDedicatedClusterClientLearnsNodesOnItsOwn(t *testing.T) {
 // jobs (fanOutCarried), which costs less CPU in all than raw deliveries
 // for as many followers (BENCHMARKS.md, post-8). The raw batches are
 // counted by rawStep, which only they call; either way every follower
-// gets the post and the job leaves the stream.
+// gets the post, the job leaves the stream, and the post no longer waits
+// for its fan-out.
 func TestWalkedJobPath(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -871,6 +872,11 @@ func TestWalkedJobPath(t *testing.T) {
 			}
 			if n := queuedJobs(t, db); n != 0 {
 				t.Errorf("%d jobs left in the stream, want none", n)
+			}
+			// A raw job of one batch clears it in its adds pipeline
+			// (rawBatch.clear), a guarded one in its batch's.
+			if db.client.HExists(ctx, postKey(author.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val() {
+				t.Error("the post still waits for its fan-out")
 			}
 		})
 	}
