@@ -195,6 +195,10 @@ type DB struct {
 	// with the batch's (active) followers, by tests that put a follow or
 	// unfollow there.
 	rawStep func(stage string, followers []string)
+	// rawFrom, if above 0, is how many followers a walked job's author
+	// must have for the job to deliver raw, in place of rawJob's rule:
+	// benchmarks and tests set it to compare or pin the two paths.
+	rawFrom int
 }
 
 // NewDB returns a DB over client with opts, defaults filled in.

@@ -562,6 +562,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	var firstRead *redis.ZSliceCmd
 	var firstState, checked *redis.StringCmd
 	var firstLog *redis.XMessageSliceCmd
+	var count *redis.IntCmd
 	check := func(pipe redis.Pipeliner) {
 		exists = pipe.Exists(ctx, postKey(authorID, seqText))
 		if mayRaw {
@@ -570,6 +571,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		if mayRaw && from == startCursor {
 			// Before the first batch's walk, as walkFollowersLogged reads it.
 			firstLog = pipe.XRevRangeN(ctx, followersLogKey(authorID), "+", "-", 1)
+			// How big the job is, for the choice of raw (rawJob).
+			count = pipe.ZCard(ctx, followersKey(authorID))
 		}
 		if from == startCursor {
 			// As walkFollowers reads from the start of the one set, with
@@ -644,14 +647,20 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			pos = next
 		}
 	}
-	raw := mayRaw && checked.Val() != ""
+	known := mayRaw && checked.Val() != ""
+	// A job resumed from a cursor goes on raw: it was big enough when it
+	// started, and the count it would read now is no better.
+	raw := known && (from != startCursor || db.rawJob(count.Val(), batch))
 	// A job of an author whose followers side is not known good, walked
 	// from its start through the one set with the guarded script, checks
 	// every follower it walks against the truth, marks unsure those who do
 	// not follow, and at its end marks the followers side known good (see
 	// doc.go, "Raw deliveries repaired after the fact").
-	checking := mayRaw && !raw && from == startCursor && first != nil && parseFollowerState(firstState.Val()) == (followerState{})
-	if raw && end.claimed {
+	checking := mayRaw && !known && from == startCursor && first != nil && parseFollowerState(firstState.Val()) == (followerState{})
+	// A job taken over repairs what its first run may have left between
+	// a raw batch's adds and its repair, whichever way this run delivers:
+	// that run chose by a count that may have changed since.
+	if known && end.claimed {
 		if err := db.repairFromLog(ctx, authorID, seqText, postID, end.id); err != nil {
 			return err
 		}
@@ -818,11 +827,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			h0, readAt := "", time.Now()
 			if first != nil {
 				followers, next, last = first.followers, first.next, first.last
-				if raw && !last {
-					// A job of one batch keeps the guarded script, which
-					// ends the job in the batch's pipeline: two round
-					// trips where raw deliveries take four, for a few
-					// hundred followers at most.
+				if raw {
 					h0 = first.h0
 				}
 				first = nil
@@ -888,6 +893,30 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			return settle(err)
 		}
 	}
+}
+
+// rawMinFollowers is how many followers an author whose followers side is
+// known good needs for a walked job to deliver raw when all of them fit in
+// one batch. Raw deliveries take four round trips where the guarded script
+// takes two (the job ends in its pipeline), but cost Redis about half as
+// much per follower: in BenchmarkWalkedJob, one batch of 100 followers
+// costs Redis 2.1-3.0 µs a delivery raw against 3.4-4.1 guarded, and the
+// job is 10-20% shorter, while one of 20 followers saves Redis a tenth
+// and costs the worker 30-40% more CPU raw. Redis's time is what
+// every request waits in line for (BENCHMARKS.md, post-7), so the
+// line is drawn where raw starts to save it.
+const rawMinFollowers = 100
+
+// rawJob reports whether a walked job, from its start, of an author whose
+// followers side is known good and who has followers followers, delivers
+// raw, in batches of batch followers: a job of more than one batch always
+// (every batch after the first is a walk of its own, as long for either
+// path), one of one batch from rawMinFollowers on.
+func (db *DB) rawJob(followers int64, batch int) bool {
+	if db.rawFrom > 0 {
+		return followers >= int64(db.rawFrom)
+	}
+	return followers > int64(batch) || followers >= rawMinFollowers
 }
 
 // carriedFollowers is how many followers, at most, a post's job carries

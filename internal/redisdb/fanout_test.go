@@ -807,3 +807,77 @@ func TestDedicatedClusterClientLearnsNodesOnItsOwn(t *testing.T) {
 		cc.Close()
 	}
 }
+
+// TestWalkedJobPath: a job that walks its author's followers delivers raw
+// (rawdelivery.go) when the author's followers side is known good and the
+// job is big enough for raw to pay (rawJob): from rawMinFollowers on, or
+// in more than one batch; else with the guarded script, as every job of an
+// author not known good yet, and every job on a Redis Cluster, does. A
+// job that carries its followers keeps the guarded pipeline of carried
+// jobs (fanOutCarried), which costs less CPU in all than raw deliveries
+// for as many followers (BENCHMARKS.md, post-8). The raw batches are
+// counted by rawStep, which only they call; either way every follower
+// gets the post, the job leaves the stream, and the post no longer waits
+// for its fan-out.
+func TestWalkedJobPath(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		followers int
+		unchecked bool
+		carried   bool // the job carries the followers, as CreatePost queues it
+		wantRaw   int  // raw batches of the job, on one Redis
+	}{
+		{name: "Carried", followers: deliverBatch, carried: true},
+		{name: "OneBatchBelowLine", followers: rawMinFollowers - 1},
+		{name: "OneBatchAtLine", followers: rawMinFollowers, wantRaw: 1},
+		{name: "OneBatch", followers: 600, wantRaw: 1},
+		{name: "TwoBatches", followers: DefaultBatch + 1, wantRaw: 2},
+		{name: "NotKnownGood", followers: 600, unchecked: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newAsyncTestDB(t)
+			author := mustSignup(t, db, "author")
+			followers := manyFollowers(t, db, author.ID, tt.followers)
+			if !tt.unchecked {
+				// As a Warble that wrote them into the empty set would
+				// have marked it.
+				if err := db.client.HSet(ctx, userKey(author.ID), followersCheckedField, "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var raw atomic.Int64
+			db.rawStep = func(stage string, _ []string) {
+				if stage == "walked" {
+					raw.Add(1)
+				}
+			}
+			p, err := NewPostService(db).CreatePost(ctx, author.ID, "walked")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.carried && tt.followers <= db.carriedFollowers() {
+				requeueWithoutFollowers(t, db, p.ID) // else CreatePost's job carries them
+			}
+			drainFanOut(t, db)
+			want := int64(tt.wantRaw)
+			if db.onCluster() {
+				want = 0
+			}
+			if got := raw.Load(); got != want {
+				t.Errorf("the job of %d followers ran %d raw batches, want %d", tt.followers, got, want)
+			}
+			if got := holding(t, db, followers, p.ID); got != tt.followers {
+				t.Errorf("%d of %d followers hold the post", got, tt.followers)
+			}
+			if n := queuedJobs(t, db); n != 0 {
+				t.Errorf("%d jobs left in the stream, want none", n)
+			}
+			// A raw job of one batch clears it in its adds pipeline
+			// (rawBatch.clear), a guarded one in its batch's.
+			if db.client.HExists(ctx, postKey(author.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val() {
+				t.Error("the post still waits for its fan-out")
+			}
+		})
+	}
+}

@@ -2,6 +2,8 @@ package redisdb
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -116,4 +118,79 @@ func BenchmarkSmallPost(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkWalkedJob compares, for a job that walks its author's followers,
+// raw deliveries (rawdelivery.go) with the guarded script, the author's
+// followers side known good either way, and for as many followers as a
+// post's job carries, with the carried job's guarded pipeline
+// (fanOutCarried): per job, one at a time by one worker with the server's
+// batch (DefaultBatch), Redis's CPU and this process's per delivery, the
+// round trips, and the job's time (ns/op). It is what rawJob's rule, and
+// the carried jobs' pipeline, rest on. Run with
+//
+//	go test -run '^$' -bench BenchmarkWalkedJob -cpu 2 ./internal/redisdb
+func BenchmarkWalkedJob(b *testing.B) {
+	ctx := context.Background()
+	carriedUpTo := min(deliverBatch, DefaultPullThreshold) // carriedFollowers
+	for _, n := range []int{20, 100, 250, 300, 500, 1000, 2000, 4000} {
+		for _, path := range []string{"raw", "guarded", "carried"} {
+			if path == "carried" && n > carriedUpTo {
+				continue
+			}
+			b.Run(fmt.Sprintf("followers=%d/%s", n, path), func(b *testing.B) {
+				db := newTestDB(b, Options{AsyncFanOut: true})
+				if db.onCluster() {
+					b.Skip("raw deliveries are for one Redis")
+				}
+				db.rawFrom = map[string]int{"raw": 1, "guarded": math.MaxInt}[path] // a carried job never asks
+				author := mustSignup(b, db, "author")
+				fans := manyFollowers(b, db, author.ID, n)
+				pipe := db.client.Pipeline()
+				for _, f := range fans {
+					pipe.Set(ctx, seenKey(f), time.Now().UnixMilli(), 0)
+				}
+				pipe.HSet(ctx, userKey(author.ID), followersCheckedField, "1")
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+				mustCreatePost(b, db, author.ID, "loads the scripts, makes the group")
+				drainFanOut(b, db)
+				var last string
+				for range b.N {
+					p, err := NewPostService(db).CreatePost(ctx, author.ID, "a post to its followers")
+					if err != nil {
+						b.Fatal(err)
+					}
+					last = p.ID
+					if path != "carried" && n <= db.carriedFollowers() {
+						// A job that walks its followers, as one the outbox
+						// sweep queued.
+						requeueWithoutFollowers(b, db, p.ID)
+					}
+				}
+				w := NewWorker(db, WorkerOptions{})
+				counter := &redistest.RoundTrips{}
+				db.client.AddHook(counter)
+				cpu, own, trips := redisCPU(b, db), processCPU(), counter.N()
+				b.ResetTimer()
+				for {
+					k, err := w.step(ctx)
+					if err != nil {
+						b.Fatal(err)
+					} else if k == 0 && queuedJobs(b, db) == 0 {
+						break
+					}
+				}
+				b.StopTimer()
+				deliveries := float64(n * b.N)
+				b.ReportMetric((redisCPU(b, db)-cpu)*1e6/deliveries, "redis-µs/delivery")
+				b.ReportMetric(float64((processCPU()-own).Nanoseconds())/1e3/deliveries, "cpu-µs/delivery")
+				b.ReportMetric(float64(counter.N()-trips)/float64(b.N), "round-trips/job")
+				if got := holding(b, db, fans, last); got != n {
+					b.Fatalf("%d of %d followers hold the last post", got, n)
+				}
+			})
+		}
+	}
 }

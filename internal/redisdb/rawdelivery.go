@@ -12,8 +12,8 @@ import (
 )
 
 // Raw deliveries: on one Redis, a fan-out job that walks its author's one
-// followers set in more than one batch (one of one batch keeps the
-// guarded script, which ends the job in its pipeline), of an account whose followers side is known good
+// followers set and is big enough for it (rawJob: a job of one small
+// batch keeps the guarded script, which ends the job in its pipeline), of an account whose followers side is known good
 // (followersCheckedField), adds the post to each active follower's home
 // timeline with a plain pipelined ZADD, with no script and no guard per
 // follower, and repairs after the fact the few followers whose entry
