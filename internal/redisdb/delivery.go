@@ -1220,7 +1220,7 @@ func (db *DB) followerChunkLogged(ctx context.Context, authorID string, c follow
 		log.last = ""
 	}
 	if c.buckets == 0 {
-		entries, more, moved, err := db.walkFollowersLogged(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n, log)
+		entries, more, moved, err := db.walkFollowersLogged(ctx, followersKey(authorID), userKey(authorID), c.at, c.member, n, log, true)
 		if err != nil {
 			return nil, c, false, fmt.Errorf("read followers of %s: %w", authorID, err)
 		}
@@ -1229,8 +1229,12 @@ func (db *DB) followerChunkLogged(ctx context.Context, authorID string, c follow
 			for i, e := range entries {
 				followers[i] = e.member
 			}
-			if len(entries) > 0 {
-				c.at, c.member = entries[len(entries)-1].score, entries[len(entries)-1].member
+			// A page that ends the set may come without its last score
+			// (walkFollowersLogged with ends): then the position stays
+			// where it was, before the page, which a resumed walk would
+			// only read again.
+			if n := len(entries); n > 0 && entries[n-1].score != "" {
+				c.at, c.member = entries[n-1].score, entries[n-1].member
 			}
 			return followers, c, !more, nil
 		}

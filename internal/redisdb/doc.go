@@ -208,12 +208,13 @@
 // may still die between its (1) and its (2)).
 //
 // A batch reads the log's last id H0 and then the followers (the walk, at
-// tw, after H0), the ZADDs (at ta), then, after them, what the log holds
-// after H0 and which of the batch are unsure (at td), and repairs each
-// suspect, a follower of the batch logged after H0 or unsure: one step on
-// the follower's keys reads the truth and takes the post off (with a
-// RESYNC) if they do not follow. Take F, listed by the walk, who does not
-// follow once the unfollow (or the job) is done:
+// tw, after H0; one MULTI, so that the page's ends, whose scores it reads
+// apart, are those of its range), the ZADDs (at ta), then, after them,
+// what the log holds after H0 and which of the batch are unsure (at td),
+// and repairs each suspect, a follower of the batch logged after H0 or
+// unsure: one step on the follower's keys reads the truth and takes the
+// post off (with a RESYNC) if they do not follow. Take F, listed by the
+// walk, who does not follow once the unfollow (or the job) is done:
 //
 //   - F's entry was removed after tw (by an unfollow's (2), or a follow's
 //     correction of a stale add). That write logged an id above H0. If it
