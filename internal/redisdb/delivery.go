@@ -559,7 +559,8 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	// followers side is known good (followersCheckedField).
 	mayRaw := end != nil && !db.onCluster()
 	var exists *redis.IntCmd
-	var firstRead *redis.ZSliceCmd
+	var firstRead *redis.StringSliceCmd
+	var firstEnd *redis.ZSliceCmd
 	var firstState, checked *redis.StringCmd
 	var firstLog *redis.XMessageSliceCmd
 	var count *redis.IntCmd
@@ -571,15 +572,23 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		if mayRaw && from == startCursor {
 			// Before the first batch's walk, as walkFollowersLogged reads it.
 			firstLog = pipe.XRevRangeN(ctx, followersLogKey(authorID), "+", "-", 1)
-			// How big the job is, for the choice of raw (rawJob).
-			count = pipe.ZCard(ctx, followersKey(authorID))
 		}
 		if from == startCursor {
+			// How big the job is, for the choice of raw (rawJob) and of
+			// pull (pullInstead), before the followerBuckets field, as
+			// countFollowers reads it.
+			count = pipe.ZCard(ctx, followersKey(authorID))
 			// As walkFollowers reads from the start of the one set, with
-			// the followerBuckets field after the range.
-			firstRead = pipe.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+			// the followerBuckets field after the range; the followers'
+			// ids alone, and the score of the batch's last by its rank,
+			// for the cursor: Redis formats every score it sends with a
+			// printf, which made a range of 1,001 WITHSCORES cost it 231
+			// µs against 26 without (BENCHMARKS.md, sixth round of
+			// fan-out).
+			firstRead = pipe.ZRangeArgs(ctx, redis.ZRangeArgs{
 				Key: followersKey(authorID), Start: "-inf", Stop: "+inf", ByScore: true, Count: int64(batch + 1),
 			})
+			firstEnd = pipe.ZRangeWithScores(ctx, followersKey(authorID), int64(batch-1), int64(batch-1))
 			firstState = pipe.HGet(ctx, userKey(authorID), followerBucketsField)
 		}
 	}
@@ -603,15 +612,21 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	var first *prefetched
 	if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
 		read := firstRead.Val()
-		first = &prefetched{followers: make([]string, min(batch, len(read))), next: startCursor, last: len(read) <= batch}
+		first = &prefetched{followers: read[:min(batch, len(read))], next: startCursor, last: len(read) <= batch}
 		if firstLog != nil && parseFollowerState(firstState.Val()) == (followerState{}) {
 			first.h0 = lastLogID(firstLog)
 		}
-		for i := range first.followers {
-			first.followers[i], _ = read[i].Member.(string)
-		}
-		if n := len(first.followers); n > 0 {
-			first.next.at, first.next.member = formatScore(read[n-1].Score), first.followers[n-1]
+		if !first.last {
+			// The cursor after the batch, which a job of one batch does
+			// not need. A pipeline is not one step: a follow or unfollow
+			// between the two reads moves the ranks, and then the walk
+			// reads the first batch itself.
+			end := firstEnd.Val()
+			if len(end) == 1 && end[0].Member == read[batch-1] {
+				first.next.at, first.next.member = formatScore(end[0].Score), read[batch-1]
+			} else {
+				first = nil
+			}
 		}
 	}
 	deleted := false
@@ -669,7 +684,13 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	// one goes on pushing, so that the undo above stays the whole story.
 	whole := first != nil && first.last && len(first.followers) <= db.opts.PullThreshold
 	if from == startCursor && !whole {
-		if pulled, err := db.pullInstead(ctx, authorID, postID); err != nil {
+		// The count read with the first batch is the whole of it when
+		// the followers are in the one set (countFollowers).
+		n := int64(-1)
+		if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
+			n = count.Val()
+		}
+		if pulled, err := db.pullInstead(ctx, authorID, postID, n); err != nil {
 			return err
 		} else if pulled {
 			// The global timeline was its one delivery.

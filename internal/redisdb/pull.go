@@ -18,14 +18,18 @@ import (
 // than pushed, because the author has more followers than the threshold.
 // It then records the author in pullAuthorsKey first, so that reads merge
 // the post before the job that skips its fan-out is done, and announces a
-// newly added author on pullChannel.
-func (db *DB) pullInstead(ctx context.Context, authorID, postID string) (bool, error) {
+// newly added author on pullChannel. followers is the author's followers
+// count if the caller read it (countFollowers), else -1.
+func (db *DB) pullInstead(ctx context.Context, authorID, postID string, followers int64) (bool, error) {
 	if db.opts.PullThreshold < 0 {
 		return false, nil
 	}
-	n, err := db.countFollowers(ctx, authorID)
-	if err != nil {
-		return false, err
+	n := followers
+	if n < 0 {
+		var err error
+		if n, err = db.countFollowers(ctx, authorID); err != nil {
+			return false, err
+		}
 	}
 	if n <= int64(db.opts.PullThreshold) {
 		return false, nil

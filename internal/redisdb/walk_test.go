@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -79,5 +80,125 @@ func TestWalkFollowersEnds(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// splitPipeline runs a pipeline that holds a command cut matches in two
+// parts, the commands before it and the rest, and between them between,
+// once: what another client may do while Redis runs one pipeline.
+type splitPipeline struct {
+	cut     func(redis.Cmder) bool
+	between func() error
+	done    atomic.Bool
+}
+
+func (h *splitPipeline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *splitPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *splitPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for i, c := range cmds {
+			if i > 0 && h.cut(c) && h.done.CompareAndSwap(false, true) {
+				err := next(ctx, cmds[:i])
+				if err := h.between(); err != nil {
+					return err
+				}
+				if err2 := next(ctx, cmds[i:]); err == nil {
+					err = err2
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestFirstBatchAcrossAnUnfollow: a job's first step reads its first
+// batch of followers' ids, and then the score of the batch's last by its
+// rank, for the cursor; an unfollow between the two reads moves the
+// ranks, and the job then walks the first batch itself. It must still
+// reach every follower but the one who left, and end.
+func TestFirstBatchAcrossAnUnfollow(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	author := mustSignup(t, db, "author")
+	followers := manyFollowers(t, db, author.ID, DefaultBatch+50)
+	if err := db.client.HSet(ctx, userKey(author.ID), followersCheckedField, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A first post loads the scripts, so that no pipeline below runs
+	// twice for a NOSCRIPT.
+	mustCreatePost(t, db, author.ID, "before")
+	drainFanOut(t, db)
+	leaver := followers[10]
+	fromStart := atomic.Int64{} // reads of the followers' ids from the first
+	split := &splitPipeline{
+		cut: func(c redis.Cmder) bool {
+			args := c.Args()
+			return c.Name() == "zrange" && len(args) == 5 && argString(args[1]) == followersKey(author.ID) &&
+				argString(args[4]) == "withscores"
+		},
+		between: func() error {
+			return NewFollowService(db).Unfollow(ctx, leaver, author.ID)
+		},
+	}
+	db.client.AddHook(split)
+	db.client.AddHook(&countCommands{match: func(c redis.Cmder) bool {
+		args := c.Args()
+		// The ids of a page from the first; a walk's reads of its ends'
+		// scores are not counted.
+		return c.Name() == "zrange" && len(args) > 2 && argString(args[1]) == followersKey(author.ID) &&
+			argString(args[2]) == "-inf" && argString(args[len(args)-1]) != "withscores"
+	}, n: &fromStart})
+	p, err := NewPostService(db).CreatePost(ctx, author.ID, "read across an unfollow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	if !split.done.Load() {
+		t.Fatal("no first step read its first batch's last score: the test makes no case")
+	}
+	if got := fromStart.Load(); got != 2 {
+		t.Errorf("%d reads of the followers' ids from the first, want 2 (the first step's and the walk's)", got)
+	}
+	stayed := slices.DeleteFunc(slices.Clone(followers), func(f string) bool { return f == leaver })
+	if got := holding(t, db, stayed, p.ID); got != len(stayed) {
+		t.Errorf("%d of %d followers hold the post", got, len(stayed))
+	}
+	if holding(t, db, []string{leaver}, p.ID) != 0 {
+		t.Error("the follower who left holds the post")
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+}
+
+// countCommands counts the commands that match, sent alone or in a
+// pipeline.
+type countCommands struct {
+	match func(redis.Cmder) bool
+	n     *atomic.Int64
+}
+
+func (h *countCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		if h.match(c) {
+			h.n.Add(1)
+		}
+		return next(ctx, c)
+	}
+}
+
+func (h *countCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.match(c) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
