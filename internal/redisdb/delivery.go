@@ -649,8 +649,12 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	}
 	known := mayRaw && checked.Val() != ""
 	// A job resumed from a cursor goes on raw: it was big enough when it
-	// started, and the count it would read now is no better.
-	raw := known && (from != startCursor || db.rawJob(count.Val(), batch))
+	// started, and the count it would read now is no better. So does any
+	// job taken over: its first run may have delivered raw and died
+	// before its announce, which only a raw run makes to followers who
+	// hold the post already (rawBatch.again); the guarded script
+	// announces what it adds.
+	raw := known && (from != startCursor || end.claimed || db.rawJob(count.Val(), batch))
 	// A job of an author whose followers side is not known good, walked
 	// from its start through the one set with the guarded script, checks
 	// every follower it walks against the truth, marks unsure those who do
