@@ -940,7 +940,8 @@ const rawMinFollowers = 100
 // followers side is known good and who has followers followers, delivers
 // raw, in batches of batch followers: a job of more than one batch always
 // (every batch after the first is a walk of its own, as long for either
-// path), one of one batch from rawMinFollowers on.
+// path), one of one batch from rawMinFollowers on. (A job taken over
+// delivers raw whatever its count: see fanOutJob.)
 func (db *DB) rawJob(followers int64, batch int) bool {
 	if db.rawFrom > 0 {
 		return followers >= int64(db.rawFrom)
