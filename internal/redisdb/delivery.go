@@ -494,8 +494,8 @@ return 1
 // Once the last batch has been delivered, after every batch before it,
 // the job clears the post's fanOutPendingField, which lets the archive's
 // mover take it: in the last batch's pipeline when no other batch is in
-// flight (a job of one batch, most of them), else in a round trip of its
-// own.
+// flight (a job of one batch, most of them; with the job's end for one
+// delivered raw), else in a round trip of its own.
 func (db *DB) fanOut(ctx context.Context, authorID string, seq int64, postID string,
 	from followerCursor, batch int, save func(followerCursor) error) error {
 	return db.fanOutJob(ctx, authorID, seq, postID, from, batch, save, nil)
@@ -664,8 +664,12 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	}
 	known := mayRaw && checked.Val() != ""
 	// A job resumed from a cursor goes on raw: it was big enough when it
-	// started, and the count it would read now is no better.
-	raw := known && (from != startCursor || db.rawJob(count.Val(), batch))
+	// started, and the count it would read now is no better. So does any
+	// job taken over: its first run may have delivered raw and died
+	// before its announce, which only a raw run makes to followers who
+	// hold the post already (rawBatch.again); the guarded script
+	// announces what it adds.
+	raw := known && (from != startCursor || end.claimed || db.rawJob(count.Val(), batch))
 	// A job of an author whose followers side is not known good, walked
 	// from its start through the one set with the guarded script, checks
 	// every follower it walks against the truth, marks unsure those who do
@@ -715,16 +719,23 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		next      followerCursor
 		last      bool
 		cleared   bool // its pipeline cleared fanOutPendingField
+		unmarks   bool // the job's end is to clear it (a raw batch)
 		done      chan result
 	}
 	deliver := func(followers []string, next followerCursor, last, clear bool, h0 string, walked time.Time, verify bool) *inFlight {
 		b := &inFlight{followers: followers, next: next, last: last, cleared: clear, done: make(chan result, 1)}
 		if h0 != "" {
 			// Raw: the job ends after the batch's repair has answered,
-			// in a round trip of its own (Worker.finish).
+			// in a round trip of its own, which for a job of one batch
+			// also clears the post's wait for its fan-out (see the loop
+			// below). The adds pipeline must not: a Redis at its
+			// maxmemory refuses the ZADDs and not an HDEL, which frees
+			// memory, and the mover could then take a post whose job is
+			// pending, its deliveries refused.
+			b.cleared, b.unmarks = false, clear
 			go func() {
 				n, found, err := db.deliverRaw(ctx, rawBatch{authorID: authorID, seqText: seqText, postID: postID,
-					added: added, followers: followers, h0: h0, walked: walked, clear: clear, again: end.claimed})
+					added: added, followers: followers, h0: h0, walked: walked, again: end.claimed})
 				if err != nil {
 					b.done <- result{err: fmt.Errorf("deliver post %s: %w", postID, err)}
 					return
@@ -895,6 +906,24 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		if cur.last {
 			if r.finished {
 				end.finished = true
+			} else if cur.unmarks {
+				// A raw job of one batch ends, and its post stops waiting
+				// for its fan-out, in one step (finishFanOutLua, with no
+				// delivery call to count), in the round trip that
+				// Worker.finish would take.
+				var finish *redis.Cmd
+				err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
+					finish = db.finishJobs(ctx, pipe, end.shard,
+						[]carriedJob{{authorID: authorID, seq: seq, postID: postID, end: end}}, []int{0})
+				}, db.deliveryScripts())
+				if err != nil {
+					return fmt.Errorf("finish fan-out job %s: %w", end.id, err)
+				}
+				// Else its hash is gone (moved to the archive since; a
+				// deleted post was taken back off above), with no field
+				// left to clear: Worker.finish ends the job.
+				f, _ := finish.Int64Slice()
+				end.finished = len(f) == 1 && f[0] == 1
 			} else if !cur.cleared {
 				if err := db.fannedOut(ctx, authorID, seqText, postID); err != nil {
 					return err
@@ -932,7 +961,8 @@ const rawMinFollowers = 100
 // followers side is known good and who has followers followers, delivers
 // raw, in batches of batch followers: a job of more than one batch always
 // (every batch after the first is a walk of its own, as long for either
-// path), one of one batch from rawMinFollowers on.
+// path), one of one batch from rawMinFollowers on. (A job taken over
+// delivers raw whatever its count: see fanOutJob.)
 func (db *DB) rawJob(followers int64, batch int) bool {
 	if db.rawFrom > 0 {
 		return followers >= int64(db.rawFrom)

@@ -194,7 +194,7 @@
 // # Raw deliveries repaired after the fact
 //
 // On one Redis, a job that walks its author's one followers set, big
-// enough for it (rawJob), of an author whose followers side is known good
+// enough for it (rawJob) or taken over, of an author whose followers side is known good
 // (followersCheckedField, see below), delivers each batch without a script or a guard per follower
 // (rawdelivery.go): plain ZADDs, then a repair. The guarantee above holds
 // for it by another argument, which needs two things of every follow and

@@ -843,12 +843,15 @@ func TestCarriedJobsEndTogether(t *testing.T) {
 // pending then, so that it is run again once Redis has room, rather than
 // end with its post on none of its followers' timelines: a job that
 // carries its followers (its pipeline ends it with others, fanOutCarried)
-// and one of one batch that walks them (fanOutJob).
+// and one of one batch that walks them (fanOutJob). Nor may its post stop
+// waiting for its fan-out (fanOutPendingField), which would let the mover
+// take it while its job is pending: the end of a job delivered raw, of
+// several batches or of one, comes after its adds have answered.
 func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
-	for _, kind := range []string{"Carried", "Walked", "WalkedRaw"} {
+	for _, kind := range []string{"Carried", "Walked", "WalkedRaw", "WalkedRawOneBatch"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
-			carried, raw := kind == "Carried", kind == "WalkedRaw"
+			carried, raw := kind == "Carried", strings.HasPrefix(kind, "WalkedRaw")
 			db, followers, postID, w := newSmallJob(t)
 			if db.onCluster() {
 				t.Skip("a Redis Cluster ends a job in a MULTI after its deliveries answered")
@@ -865,7 +868,11 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 				if err := db.client.HSet(ctx, userKey(author), followersCheckedField, "1").Err(); err != nil {
 					t.Fatal(err)
 				}
-				w.opts.Batch = 8
+				if kind == "WalkedRawOneBatch" {
+					db.rawFrom = 1 // its 20 followers, one batch
+				} else {
+					w.opts.Batch = 8
+				}
 			}
 			limit := db.client.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]
 			policy := db.client.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
@@ -900,6 +907,9 @@ func TestRefusedDeliveriesKeepTheJobPending(t *testing.T) {
 			}
 			if pending := mustPending(t, db, author); pending == 0 {
 				t.Error("no job pending after its deliveries were refused")
+			}
+			if _, seq, _ := splitPostID(postID); !db.client.HExists(ctx, postKey(author, seq), fanOutPendingField).Val() {
+				t.Error("the post no longer waits for its fan-out, whose deliveries were refused")
 			}
 			takeOverJobs(ctx, t, w)
 			wantJobDone(ctx, t, db, author, followers, postID)
@@ -944,12 +954,15 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 }
 
 // wantJobDone checks what a refused job run again must have left: every
-// follower holds postID, none of author's jobs is pending, and no job's
-// delivery mark is left.
+// follower holds postID, which no longer waits for its fan-out, none of
+// author's jobs is pending, and no job's delivery mark is left.
 func wantJobDone(ctx context.Context, t *testing.T, db *DB, author string, followers []string, postID string) {
 	t.Helper()
 	if got := holding(t, db, followers, postID); got != len(followers) {
 		t.Errorf("%d of %d followers hold %s", got, len(followers), postID)
+	}
+	if _, seq, _ := splitPostID(postID); db.client.HExists(ctx, postKey(author, seq), fanOutPendingField).Val() {
+		t.Errorf("%s still waits for its fan-out", postID)
 	}
 	if pending := mustPending(t, db, author); pending != 0 {
 		t.Errorf("%d jobs pending once run again, want none", pending)

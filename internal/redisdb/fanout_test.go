@@ -881,8 +881,8 @@ func TestWalkedJobPath(t *testing.T) {
 			if n := queuedJobs(t, db); n != 0 {
 				t.Errorf("%d jobs left in the stream, want none", n)
 			}
-			// A raw job of one batch clears it in its adds pipeline
-			// (rawBatch.clear), a guarded one in its batch's.
+			// A raw job of one batch clears it with its end, a guarded
+			// one in its batch's pipeline.
 			if db.client.HExists(ctx, postKey(author.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val() {
 				t.Error("the post still waits for its fan-out")
 			}

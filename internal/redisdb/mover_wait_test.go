@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,13 +67,37 @@ func TestMoverWaitsForFanOut(t *testing.T) {
 // mover took the post (its worker died before it acknowledged the job, or
 // the outbox sweep queued it twice) finds the post in the archive and
 // leaves it on the timelines; one deleted since, in the archive, stays off
-// them.
+// them. Raw: the same for jobs delivered raw (one batch, whose end finds
+// no post hash to clear the mark of, and ends the job all the same).
 func TestFanOutAgainAfterTheMove(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Guarded", true: "Raw"}[raw], func(t *testing.T) { fanOutAgainAfterTheMove(t, raw) })
+	}
+}
+
+func fanOutAgainAfterTheMove(t *testing.T, raw bool) {
 	ctx := context.Background()
 	db, _ := newArchiveTestDB(t, Options{AsyncFanOut: true, PullThreshold: -1, PostsInRedis: 1})
 	ada := mustSignup(t, db, "ada")
 	bob := mustSignup(t, db, "bob")
 	mustFollow(t, db, bob.ID, ada.ID)
+	if raw {
+		if db.onCluster() {
+			t.Skip("raw deliveries are for one Redis")
+		}
+		db.rawFrom = 1
+		var walked atomic.Int64
+		db.rawStep = func(stage string, _ []string) {
+			if stage == "walked" {
+				walked.Add(1)
+			}
+		}
+		t.Cleanup(func() {
+			if walked.Load() == 0 {
+				t.Error("no job was delivered raw: the test makes no case")
+			}
+		})
+	}
 	moved := mustPost(t, db, ada.ID, "moves after its job")
 	deleted := mustPost(t, db, ada.ID, "moves, then is deleted")
 	kept := mustPost(t, db, ada.ID, "stays in Redis")

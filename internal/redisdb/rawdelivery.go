@@ -34,7 +34,9 @@ import (
 //     repairScript (the truth read, then the added message if they follow
 //     and are listened to, else the post taken off with a RESYNC).
 //
-// The job ends (Worker.finish) only after all of it answered without an
+// The job ends (Worker.finish, or for a job of one batch finishFanOutLua,
+// which also clears its post's fanOutPendingField: 3 would clear it even
+// when Redis refused the adds) only after all of it answered without an
 // error; any error keeps the job pending, and a run that takes it over
 // repairs from the log what a run that died between 3 and 4 left
 // (repairFromLog).
@@ -105,8 +107,8 @@ return 0
 
 // rawReads is how many commands, at most, a batch's adds pipeline sends
 // besides its adds and trims: the log's two reads, the unsure HMGET, NUMPAT,
-// NUMSUB, EXISTS and the HDEL.
-const rawReads = 7
+// NUMSUB and EXISTS.
+const rawReads = 6
 
 // rawScratch is the memory of a batch's adds pipeline, kept from batch to
 // batch in rawScratches: the commands, their arguments and the queue of
@@ -146,7 +148,6 @@ type rawBatch struct {
 	followers                        []string
 	h0                               string    // the followers log's last id before the walk read followers
 	walked                           time.Time // when h0 was read
-	clear                            bool      // clear the post's fanOutPendingField after the check
 	// again says that the job was taken over: its first worker may have
 	// died between a batch's adds and their announce, so a follower who
 	// holds the post already is announced it too (see deliverRaw).
@@ -273,9 +274,6 @@ func (db *DB) deliverRaw(ctx context.Context, b rawBatch) (delivered int, exists
 	}
 	found := redis.NewIntCmd(ctx, "exists", postKey(b.authorID, b.seqText))
 	queue = append(queue, found)
-	if b.clear {
-		queue = append(queue, redis.NewIntCmd(ctx, "hdel", postKey(b.authorID, b.seqText), fanOutPendingField))
-	}
 	_, err = db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 		return pipe.BatchProcess(ctx, queue...)
 	})

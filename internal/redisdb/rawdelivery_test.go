@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -270,6 +271,46 @@ func TestRawDeliveriesTakenOver(t *testing.T) {
 	}
 	if !s.holds(t, s.followers[599]) {
 		t.Error("the job taken over did not deliver to the rest")
+	}
+}
+
+// TestRawJobTakenOverAnnounces: a worker that dies between a raw batch's
+// adds and their announce leaves a listened follower holding the post
+// unannounced, and the worker that takes the job over must announce it
+// (doc.go), also when the job would no longer be delivered raw from its
+// start (its author's count crossed rawMinFollowers since, here by
+// rawFrom): the guarded script announces only what its ZADD adds, and the
+// first run's ZADD added it already.
+func TestRawJobTakenOverAnnounces(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	listener := s.followers[0]
+	msgs := listen(t, db, homeChannel(listener))
+	dying, die := context.WithCancel(ctx)
+	db.rawStep = func(stage string, _ []string) {
+		if stage == "added" {
+			die() // the repair's round trip, which announces, fails
+		}
+	}
+	if err := db.fanOutJob(dying, s.ada, s.seq, s.postID, startCursor, DefaultBatch, noSave, s.end); err == nil {
+		t.Fatal("the dying run ended without an error")
+	}
+	db.rawStep = nil
+	if !s.holds(t, listener) {
+		t.Fatal("the dying run did not add the post: the test makes no case")
+	}
+	db.rawFrom = math.MaxInt
+	s.end.claimed = true
+	if err := db.fanOutJob(ctx, s.ada, s.seq, s.postID, startCursor, DefaultBatch, noSave, s.end); err != nil {
+		t.Fatal(err)
+	}
+	const last = "the test's last message"
+	if err := db.client.Publish(ctx, homeChannel(listener), last).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if m := nextMessage(t, msgs); m.Payload == last {
+		t.Error("the job taken over did not announce the post to a listened follower who holds it")
 	}
 }
 
