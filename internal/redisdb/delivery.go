@@ -609,8 +609,11 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	}
 	// first is the first batch as followerChunk would read it, when the
 	// followers are in the one set; else the walk reads it.
+	// oneSet: the first step read the start of the one set, and count is
+	// all of the followers.
+	oneSet := firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0
 	var first *prefetched
-	if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
+	if oneSet {
 		read := firstRead.Val()
 		first = &prefetched{followers: read[:min(batch, len(read))], next: startCursor, last: len(read) <= batch}
 		if firstLog != nil && parseFollowerState(firstState.Val()) == (followerState{}) {
@@ -691,7 +694,7 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 		// The count read with the first batch is the whole of it when
 		// the followers are in the one set (countFollowers).
 		n := int64(-1)
-		if firstRead != nil && parseFollowerState(firstState.Val()).buckets == 0 {
+		if oneSet {
 			n = count.Val()
 		}
 		if pulled, err := db.pullInstead(ctx, authorID, postID, n); err != nil {
