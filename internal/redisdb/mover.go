@@ -267,9 +267,10 @@ return 1
 // ARGV[4] -> the removed message for both channels
 // ARGV[5] -> the outbox entry of the fan-out job, or "" for none
 // ARGV[6] -> now, unix ms
+// ARGV[7] -> postsGoneChannel
 //
 // Returns 1 if this call deleted the post, 0 if an earlier one had.
-var deleteArchivedScript = newPubScript(`
+var deleteArchivedScript = newPubScript(broadcastGoneLua + `
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
 	return 0
 end
@@ -281,6 +282,7 @@ redis.call('PUBLISH', ARGV[2], ARGV[4])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
 	redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
+broadcastGone(ARGV[7], ARGV[1])
 return 1
 `)
 
@@ -590,14 +592,19 @@ func (s *PostService) deleteArchived(ctx context.Context, authorID, postID strin
 	}
 	err = s.db.pub(deleteArchivedScript).Run(ctx, s.db.client,
 		[]string{userKey(authorID), archiveGoneKey(authorID), homeKey(authorID), outboxKey(authorID)},
-		postID, userChannel(authorID), homeChannel(authorID), encodeRemoved(seq, postID), job, msString(s.db.now())).Err()
+		postID, userChannel(authorID), homeChannel(authorID), encodeRemoved(seq, postID), job, msString(s.db.now()), postsGoneChannel).Err()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 	}
+	s.db.cache.drop(postID)
 	ctx = context.WithoutCancel(ctx)
 	if err := s.db.forgetGone(ctx, authorID, "", []string{postID}); err != nil {
 		s.db.log.WarnContext(ctx, "delete an archived post's row; a mover will", "post", postID, "err", err)
 	}
+	// The script announced the delete, crash or not; a read between it
+	// and the row's delete may have found the post in the archive since,
+	// so the delete is announced once more now that the row is gone.
+	s.db.announceGone(ctx, postID)
 	s.afterDelete(ctx, authorID, seq, postID)
 	return nil
 }
