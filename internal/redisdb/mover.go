@@ -532,10 +532,16 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 
 // forgetGone deletes the rows of deleted posts and then forgets their ids,
 // letting the author go if token (a mover's, or "") still holds them.
+// Once the rows are gone, their deletes are announced again to the post
+// caches: their scripts announced them before, while a read could still
+// find the posts in the archive (see announceGone).
 func (db *DB) forgetGone(ctx context.Context, authorID, token string, ids []string) error {
 	if err := db.opts.Archive.DeletePosts(ctx, ids); err != nil {
 		db.unlockMove(ctx, authorID, token)
 		return fmt.Errorf("delete the archived rows of %d deleted posts of %s: %w", len(ids), authorID, err)
+	}
+	for _, id := range ids {
+		db.announceGone(ctx, id)
 	}
 	end := ""
 	if token != "" {
@@ -598,13 +604,12 @@ func (s *PostService) deleteArchived(ctx context.Context, authorID, postID strin
 	}
 	s.db.cache.drop(postID)
 	ctx = context.WithoutCancel(ctx)
+	// The script announced the delete, crash or not; forgetGone announces
+	// it once more when the row is gone, for a read that found the post
+	// in the archive in between.
 	if err := s.db.forgetGone(ctx, authorID, "", []string{postID}); err != nil {
 		s.db.log.WarnContext(ctx, "delete an archived post's row; a mover will", "post", postID, "err", err)
 	}
-	// The script announced the delete, crash or not; a read between it
-	// and the row's delete may have found the post in the archive since,
-	// so the delete is announced once more now that the row is gone.
-	s.db.announceGone(ctx, postID)
 	s.afterDelete(ctx, authorID, seq, postID)
 	return nil
 }

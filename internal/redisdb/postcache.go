@@ -204,8 +204,10 @@ end
 
 // announceGone drops a deleted post from this process's cache and
 // announces its delete again on postsGoneChannel, for a delete whose
-// script announced it before the archive's row was gone. A failure is
-// logged: the entry then lives until it is evicted or postCacheMaxAge.
+// script announced it before the archive's row was gone (a post deleted
+// in the archive, or during a move): a read in between may have found it
+// there, after the first announce. A failure is logged: such an entry
+// then lives until it is evicted, postCacheMaxAge at most.
 func (db *DB) announceGone(ctx context.Context, postID string) {
 	db.cache.drop(postID)
 	if err := db.client.Publish(ctx, postsGoneChannel, postID).Err(); err != nil {

@@ -391,3 +391,40 @@ func TestPostCacheBroadcastOnEveryNode(t *testing.T) {
 		return !slices.ContainsFunc(found, func(p *warble.Post) bool { return p != nil })
 	})
 }
+
+// TestPostCacheDeleteArchived: a post read from the archive is cached too,
+// and its delete (of the archive's row) reaches other processes' caches.
+func TestPostCacheDeleteArchived(t *testing.T) {
+	ctx := context.Background()
+	a, store := newArchivedDB(t, Options{})
+	newTestHub(t, a)
+	// Another process: a DB of its own, with its own cache and hub.
+	b := NewDB(a.client, Options{Archive: store, BcryptCost: bcrypt.MinCost})
+	newTestHub(t, b)
+	waitCacheLive(t, a)
+	waitCacheLive(t, b)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "archived, then deleted")
+	archivePosts(t, a, p)
+	inA, inB := NewPostService(a), NewPostService(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	queries := store.queries()
+	if got, err := inB.FindPostByID(ctx, p.ID); err != nil || got.Body != p.Body {
+		t.Fatalf("FindPostByID = %v, %v; want the archived post", got, err)
+	}
+	if store.queries() != queries {
+		t.Fatal("B asked the archive again: the post was not cached, and this test could not fail")
+	}
+	if err := inA.DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inA.FindPostByID(ctx, p.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Fatalf("A's FindPostByID after its delete: %v, want not found", err)
+	}
+	waitFor(t, "B to stop serving the deleted archived post", func() bool {
+		_, err := inB.FindPostByID(ctx, p.ID)
+		return warble.ErrorCode(err) == warble.ENOTFOUND
+	})
+}
