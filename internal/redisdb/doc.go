@@ -41,8 +41,10 @@
 // cache is used only while the hub's subscription to that channel stands,
 // and emptied on its every confirmation (a reconnect may have lost
 // messages, and Redis may have lost data and will hand out the same ids
-// again); an entry lives postCacheMaxAge at most, the bound when a
-// connection dies without a word.
+// again), and whenever the hub reads an id counter lower than the time
+// before (a FLUSHALL or a failover, which no reconnect tells); an entry
+// lives postCacheMaxAge at most, the bound when a connection dies without
+// a word.
 //
 // # Reading past Redis
 //

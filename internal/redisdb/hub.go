@@ -106,6 +106,12 @@ func NewHub(db *DB) *Hub {
 	// send the commands, the confirmations arrive through their readers,
 	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
+	if db.cache != nil {
+		if client := idsClient(db.client); client != nil {
+			h.wg.Add(1)
+			go h.watchIDs(client)
+		}
+	}
 	return h
 }
 

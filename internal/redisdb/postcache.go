@@ -2,11 +2,13 @@ package redisdb
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/warble/warble/internal/warble"
 )
@@ -51,6 +53,9 @@ type postCache struct {
 
 	gen  atomic.Uint64 // drops and clears so far
 	live atomic.Int32  // hub connections subscribed to postsGoneChannel
+	// ids are the user and post id counters as a hub last read them
+	// (see Hub.watchIDs).
+	ids [2]atomic.Int64
 
 	// count, if set, is told of each lookup's hits and misses, and of
 	// each clear, for metrics.
@@ -220,4 +225,112 @@ func (db *DB) announceGone(ctx context.Context, postID string) {
 func (db *DB) PostCacheInUse() bool {
 	_, ok := db.cache.start()
 	return ok
+}
+
+// idCheckEvery is how often a hub reads Redis's id counters, to tell that
+// Redis lost data (see Hub.watchIDs).
+const idCheckEvery = time.Second
+
+// watchIDs empties the post cache when one of Redis's id counters goes
+// back, as it does only when Redis lost data: a FLUSHALL, or a failover to
+// a replica that missed writes, closes no pub/sub connection, and on a
+// cluster the master that lost data may not be one that the hub listens
+// on, so no (re)subscription tells. The same ids are then handed out
+// again, and an entry cached for an old post or user would be served for
+// the new one until postCacheMaxAge. A loss that the counters grow back
+// over within idCheckEvery goes unseen here; the maximum age bounds that.
+//
+// client is the hub's own (see idsClient), closed when the watch ends.
+func (h *Hub) watchIDs(client redis.UniversalClient) {
+	defer h.wg.Done()
+	defer client.Close()
+	tick := time.NewTicker(idCheckEvery)
+	defer tick.Stop()
+	keys := [2]string{userSeqKey, postSeqKey}
+	ids := &h.db.cache.ids
+	for {
+		pipe := client.Pipeline()
+		var cmds [2]*redis.StringCmd
+		for i, key := range keys {
+			cmds[i] = pipe.Get(h.ctx, key)
+		}
+		_, _ = pipe.Exec(h.ctx) // each command's error is looked at below
+		var now [2]int64
+		ok := true
+		for i, cmd := range cmds {
+			n, err := cmd.Int64()
+			switch {
+			case errors.Is(err, redis.Nil):
+				now[i] = 0 // no id handed out since the data went
+			case err != nil:
+				ok = false
+			default:
+				now[i] = n
+			}
+		}
+		if ok {
+			if before := [2]int64{ids[0].Load(), ids[1].Load()}; now[0] < before[0] || now[1] < before[1] {
+				h.db.log.Warn("Redis's id counters went back (it lost data): emptying the post cache",
+					"users", now[0], "usersBefore", before[0], "posts", now[1], "postsBefore", before[1])
+				h.db.cache.clear()
+			}
+			ids[0].Store(now[0])
+			ids[1].Store(now[1])
+		}
+		select {
+		case <-h.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// idsClient returns a client of the hub's own for watchIDs, with the
+// connection settings of the DB's, or nil for a kind of client it cannot
+// copy: its reads every idCheckEvery stay out of the DB client's pool and
+// hooks, where they would count as a request's round trips.
+func idsClient(c redis.UniversalClient) redis.UniversalClient {
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		o := c.Options()
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:           o.Addrs,
+			Dialer:          o.Dialer,
+			Protocol:        o.Protocol,
+			Username:        o.Username,
+			Password:        o.Password,
+			ClientName:      o.ClientName,
+			TLSConfig:       o.TLSConfig,
+			DialTimeout:     o.DialTimeout,
+			ReadTimeout:     o.ReadTimeout,
+			WriteTimeout:    o.WriteTimeout,
+			PoolTimeout:     o.PoolTimeout,
+			MaxRetries:      o.MaxRetries,
+			MinRetryBackoff: o.MinRetryBackoff,
+			MaxRetryBackoff: o.MaxRetryBackoff,
+			PoolSize:        1,
+		})
+	case *redis.Client:
+		o := c.Options()
+		return redis.NewClient(&redis.Options{
+			Network:         o.Network,
+			Addr:            o.Addr,
+			Dialer:          o.Dialer,
+			Protocol:        o.Protocol,
+			Username:        o.Username,
+			Password:        o.Password,
+			DB:              o.DB,
+			ClientName:      o.ClientName,
+			TLSConfig:       o.TLSConfig,
+			DialTimeout:     o.DialTimeout,
+			ReadTimeout:     o.ReadTimeout,
+			WriteTimeout:    o.WriteTimeout,
+			PoolTimeout:     o.PoolTimeout,
+			MaxRetries:      o.MaxRetries,
+			MinRetryBackoff: o.MinRetryBackoff,
+			MaxRetryBackoff: o.MaxRetryBackoff,
+			PoolSize:        1,
+		})
+	}
+	return nil
 }

@@ -428,3 +428,52 @@ func TestPostCacheDeleteArchived(t *testing.T) {
 		return warble.ErrorCode(err) == warble.ENOTFOUND
 	})
 }
+
+// TestPostCacheDataLost: Redis emptied under running processes (FLUSHALL
+// closes no connection, so no subscription is confirmed again) hands out
+// the same user and post ids again, and a process that cached the old ones
+// must serve the new post and author once its hub has had time to notice
+// (its id counters went back: more posts were made before than after), not
+// the old ones for up to postCacheMaxAge.
+func TestPostCacheDataLost(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	a, b := processDB(t, srv, nil), processDB(t, srv, nil)
+	ada := mustSignup(t, a, "ada")
+	old := mustCreatePost(t, a, ada.ID, "from before the flush")
+	for range 2 {
+		mustCreatePost(t, a, ada.ID, "and more")
+	}
+	inB := NewPostService(b)
+	if _, err := inB.FindPostByID(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostByID(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("B read the post again (%d HMGETs): it was not cached, and this test could not fail", n)
+	}
+	// B's hub has read the counters since: ids handed out again below
+	// them are what it can tell.
+	last := mustSeq(t, old.ID) + 2
+	waitFor(t, "B's hub to read the id counters", func() bool { return b.cache.ids[1].Load() >= last })
+
+	if c := srv.Cluster(); c != nil {
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := a.client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	zed := mustSignup(t, a, "zed")
+	p := mustCreatePost(t, a, zed.ID, "after the flush")
+	if p.ID != old.ID {
+		t.Fatalf("the new post's id is %s, not the old one's %s: this test could not fail", p.ID, old.ID)
+	}
+	waitFor(t, "B to serve the new post with its author", func() bool {
+		got, err := inB.FindPostByID(ctx, p.ID)
+		return err == nil && got.Body == p.Body && got.Author != nil && got.Author.Username == "zed"
+	})
+}
