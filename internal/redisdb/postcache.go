@@ -176,10 +176,25 @@ func (c *postCache) clear() {
 // subscribed is called by the hub when one of its connections is
 // confirmed on postsGoneChannel, for the first time or again after a
 // reconnect: deletes announced while it was not may have been missed, so
-// the cache starts empty. first is true for a connection's first.
+// the cache starts empty. first is true for a connection's first. A
+// connection opened while another one was subscribed (on a cluster, for a
+// channel on a master that the hub had no connection to) missed nothing:
+// every delete is broadcast to every node, and the other one heard it, or
+// empties the cache when it is confirmed again.
 func (c *postCache) subscribed(first bool) {
 	if c == nil {
 		return
+	}
+	if first {
+		for {
+			n := c.live.Load()
+			if n <= 0 {
+				break
+			}
+			if c.live.CompareAndSwap(n, n+1) {
+				return
+			}
+		}
 	}
 	c.clear()
 	if first {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -476,4 +477,61 @@ func TestPostCacheDataLost(t *testing.T) {
 		got, err := inB.FindPostByID(ctx, p.ID)
 		return err == nil && got.Body == p.Body && got.Author != nil && got.Author.Username == "zed"
 	})
+}
+
+// TestPostCacheNewConnection: on a cluster, a subscription to a timeline
+// on a master that the hub had no connection to opens one, subscribed to
+// postsGoneChannel too; while another connection was hearing every delete
+// (they are broadcast to every node) nothing was missed, and the cache
+// keeps what it holds.
+func TestPostCacheNewConnection(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	if srv.Cluster() == nil {
+		t.Skip("one Redis: the hub has one connection")
+	}
+	a := processDB(t, srv, nil)
+	b := NewDB(a.client, Options{BcryptCost: bcrypt.MinCost})
+	h := newTestHub(t, b)
+	waitCacheLive(t, b)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "cached")
+	inB := NewPostService(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A user whose channels are on a master the hub has no connection to.
+	cc := b.client.(*redis.ClusterClient)
+	var other *warble.User
+	for i := 0; other == nil; i++ {
+		if i == 50 {
+			t.Fatal("no user on a master the hub has no connection to")
+		}
+		u := mustSignup(t, a, "user"+strconv.Itoa(i))
+		m, err := cc.MasterForKey(ctx, userChannel(u.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mu.Lock()
+		_, open := h.conns[m.Options().Addr]
+		h.mu.Unlock()
+		if !open {
+			other = u
+		}
+	}
+	clears := b.cache.gen.Load()
+	// It returns once its channel is confirmed, after postsGoneChannel's
+	// on the new connection (Redis answers in order).
+	mustSubscribe(t, h, warble.UserFeed(other.ID), nil)
+	if b.cache.live.Load() < 2 {
+		t.Fatalf("%d connections subscribed to %s, want 2: no connection was opened, and this test could not fail", b.cache.live.Load(), postsGoneChannel)
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("the post was read again (%d HMGETs; %d drops or clears): a new connection emptied the cache", n, b.cache.gen.Load()-clears)
+	}
 }
