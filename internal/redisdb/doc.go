@@ -39,7 +39,8 @@
 // arrives. A read that was on its way across a drop does not fill the
 // cache (a generation counter, taken before its commands are sent). The
 // cache is used only while the hub's subscription to that channel stands,
-// and emptied on its every confirmation (a reconnect may have lost
+// and emptied on its every confirmation but a further connection's first
+// while another one listens (a reconnect may have lost
 // messages, and Redis may have lost data and will hand out the same ids
 // again), and whenever the hub reads an id counter lower than the time
 // before (a FLUSHALL or a failover, which no reconnect tells); an entry

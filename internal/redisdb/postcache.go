@@ -37,9 +37,10 @@ const postCacheMaxAge = time.Minute
 // delete, which every process's hub hears (see Hub). While the hub is not
 // subscribed to that channel (before its first confirmation, and on a
 // connection Redis never confirmed again) the cache is neither read nor
-// filled; on every confirmation it is emptied, since messages may have been
-// lost while the connection was down, and Redis may have lost data (and
-// would hand out the same ids again).
+// filled; on every confirmation it is emptied (see subscribed for the one
+// exception), since messages may have been lost while the connection was
+// down, and Redis may have lost data (and would hand out the same ids
+// again).
 //
 // A read that was on its way while a post was dropped may have read it
 // before its delete: gen counts the drops and clears, and a read fills the
