@@ -37,8 +37,13 @@ type App struct {
 }
 
 // newDB returns the services' DB over client; delivered and moved, if set,
-// count fan-out deliveries and posts moved to the archive.
-func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered, moved func(int)) *redisdb.DB {
+// count fan-out deliveries and posts moved to the archive, and cached the
+// post cache's hits, misses and clears.
+func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered, moved func(int), cached func(hits, misses, clears int)) *redisdb.DB {
+	cacheSize := cfg.PostCacheSize
+	if cacheSize == 0 {
+		cacheSize = -1 // off
+	}
 	return redisdb.NewDB(clients.primary, redisdb.Options{
 		ReplicaReads:  clients.replicas,
 		HomeCap:       cfg.HomeCap,
@@ -62,6 +67,9 @@ func newDB(cfg Config, clients redisClients, log *slog.Logger, delivered, moved 
 		PostsInRedis:    cfg.PostsInRedis,
 		PostsInRedisFor: cfg.PostsInRedisFor,
 		Moved:           moved,
+
+		PostCacheSize:   cacheSize,
+		PostCacheCounts: cached,
 	})
 }
 
@@ -75,7 +83,7 @@ func New(cfg Config, client redis.UniversalClient, log *slog.Logger) *App {
 func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
 	client := clients.primary
 	m := metrics.New()
-	db := newDB(cfg, clients, log, m.FanOutDelivered, m.ArchiveMoved)
+	db := newDB(cfg, clients, log, m.FanOutDelivered, m.ArchiveMoved, m.PostCacheCounted)
 	hub := redisdb.NewHub(db)
 	client.AddHook(redisdb.ErrorHook(m.RedisError))
 	m.WatchFanOutQueue(db)

@@ -292,3 +292,31 @@ func TestMetricsFanOutDeliveries(t *testing.T) {
 		return s.scrape(t)["warble_fanout_deliveries_total"]-before == 3
 	})
 }
+
+// TestMetricsPostCache: a page read twice counts its posts and author as
+// misses the first time and hits the second, and the cache's start as a
+// clear (its subscription's first confirmation).
+func TestMetricsPostCache(t *testing.T) {
+	s := newTestServer(t)
+	author := s.signup(t, "author")
+	for i := range 3 {
+		s.post(t, author, fmt.Sprintf("post %d", i))
+	}
+	waitCacheInUse(t, s)
+	const page = `{ globalTimeline(first: 3) { edges { node { id body author { username } } } } }`
+	m := s.scrape(t)
+	hits, misses := m[`warble_post_cache_lookups_total{result="hit"}`], m[`warble_post_cache_lookups_total{result="miss"}`]
+	if m["warble_post_cache_clears_total"] < 1 {
+		t.Errorf("warble_post_cache_clears_total = %v, want at least 1", m["warble_post_cache_clears_total"])
+	}
+	s.mustQuery(t, "", page, nil, new(any))
+	m = s.scrape(t)
+	if got := m[`warble_post_cache_lookups_total{result="miss"}`] - misses; got != 4 {
+		t.Errorf("first page: %v misses, want 4 (3 posts, 1 author)", got)
+	}
+	s.mustQuery(t, "", page, nil, new(any))
+	m = s.scrape(t)
+	if got := m[`warble_post_cache_lookups_total{result="hit"}`] - hits; got != 4 {
+		t.Errorf("second page: %v hits, want 4", got)
+	}
+}

@@ -113,49 +113,85 @@ func TestSignedInRequestRoundTrips(t *testing.T) {
 // TestHomePageRoundTrips checks that a signed-in home page costs two Redis
 // round trips: the session read with the range read of the home timeline,
 // then the posts with their authors. It was three, the range read on its
-// own after the session's. The first page and a page after a cursor.
+// own after the session's. With the post cache, a page whose posts and
+// authors were read before costs the first alone. The first page (read
+// once before) and a page after a cursor (not), and the first page again
+// in a fragment.
 func TestHomePageRoundTrips(t *testing.T) {
-	// No fan-out workers: their polling would count too, and the posts
-	// reach the viewer's home by the follow's backfill.
-	s := newTestServer(t, func(c *Config) { c.LoaderWait = 500 * time.Millisecond; c.FanoutWorkers = 0 })
-	viewer := s.signup(t, "viewer")
-	other := s.signup(t, "other")
-	for i := range 50 {
-		s.post(t, other, fmt.Sprintf("post %d", i))
-	}
-	s.follow(t, viewer, other)
-	client := s.app.db.Client()
-	counter := &redistest.RoundTrips{}
-	client.AddHook(counter)
+	for _, tt := range []struct {
+		name      string
+		cacheSize int
+		want      [3]int64 // round trips of the first page, the next, the fragment's
+	}{
+		{name: "Cached", cacheSize: 1000, want: [3]int64{1, 2, 1}},
+		{name: "NoCache", cacheSize: 0, want: [3]int64{2, 2, 2}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// No fan-out workers: their polling would count too, and the
+			// posts reach the viewer's home by the follow's backfill.
+			s := newTestServer(t, func(c *Config) {
+				c.LoaderWait = 500 * time.Millisecond
+				c.FanoutWorkers = 0
+				c.PostCacheSize = tt.cacheSize
+			})
+			viewer := s.signup(t, "viewer")
+			other := s.signup(t, "other")
+			for i := range 50 {
+				s.post(t, other, fmt.Sprintf("post %d", i))
+			}
+			s.follow(t, viewer, other)
+			client := s.app.db.Client()
+			counter := &redistest.RoundTrips{}
+			client.AddHook(counter)
 
-	const home = `query($after: String) { homeTimeline(first: 20, after: $after) { edges { cursor node { id body
+			const home = `query($after: String) { homeTimeline(first: 20, after: $after) { edges { cursor node { id body
 		author { id username } } } pageInfo { endCursor hasNextPage } } }`
-	var after any
-	s.mustQuery(t, viewer.Token, home, map[string]any{"after": nil}, new(any)) // reads which accounts are pulled
-	for page := range 2 {
-		before := counter.N()
-		var out struct {
-			HomeTimeline timelinePage
-		}
-		s.mustQuery(t, viewer.Token, home, map[string]any{"after": after}, &out)
-		if n := counter.N() - before; n != 2 {
-			t.Errorf("home page %d: %d round trips, want 2", page+1, n)
-		}
-		if got := len(out.HomeTimeline.Edges); got != 20 || !out.HomeTimeline.PageInfo.HasNextPage {
-			t.Fatalf("home page %d: %d posts, hasNextPage %v; want 20 and a next page", page+1, got, out.HomeTimeline.PageInfo.HasNextPage)
-		}
-		after = *out.HomeTimeline.PageInfo.EndCursor
-	}
+			var after any
+			// Reads which accounts are pulled, and fills the cache; the
+			// hub's subscription for the cache's deletes comes first.
+			if tt.cacheSize > 0 {
+				waitCacheInUse(t, s)
+			}
+			s.mustQuery(t, viewer.Token, home, map[string]any{"after": nil}, new(any))
+			for page := range 2 {
+				before := counter.N()
+				var out struct {
+					HomeTimeline timelinePage
+				}
+				s.mustQuery(t, viewer.Token, home, map[string]any{"after": after}, &out)
+				if n := counter.N() - before; n != tt.want[page] {
+					t.Errorf("home page %d: %d round trips, want %d", page+1, n, tt.want[page])
+				}
+				if got := len(out.HomeTimeline.Edges); got != 20 || !out.HomeTimeline.PageInfo.HasNextPage {
+					t.Fatalf("home page %d: %d posts, hasNextPage %v; want 20 and a next page", page+1, got, out.HomeTimeline.PageInfo.HasNextPage)
+				}
+				after = *out.HomeTimeline.PageInfo.EndCursor
+			}
 
-	// The page's size in a variable, the field in a fragment, under an
-	// alias: the same two.
-	const fragment = `query($n: Int) { ...Home } fragment Home on Query { mine: homeTimeline(first: $n) {
+			// The page's size in a variable, the field in a fragment, under
+			// an alias: the same.
+			const fragment = `query($n: Int) { ...Home } fragment Home on Query { mine: homeTimeline(first: $n) {
 		edges { node { id author { username } } } } }`
-	before := counter.N()
-	var out struct{ Mine timelinePage }
-	s.mustQuery(t, viewer.Token, fragment, map[string]any{"n": 7}, &out)
-	if n := counter.N() - before; n != 2 || len(out.Mine.Edges) != 7 {
-		t.Errorf("home page in a fragment: %d round trips and %d posts, want 2 and 7", n, len(out.Mine.Edges))
+			before := counter.N()
+			var out struct{ Mine timelinePage }
+			s.mustQuery(t, viewer.Token, fragment, map[string]any{"n": 7}, &out)
+			if n := counter.N() - before; n != tt.want[2] || len(out.Mine.Edges) != 7 {
+				t.Errorf("home page in a fragment: %d round trips and %d posts, want %d and 7", n, len(out.Mine.Edges), tt.want[2])
+			}
+		})
+	}
+}
+
+// waitCacheInUse waits until s's post cache is in use: its hub has
+// subscribed to the announces of deletes.
+func waitCacheInUse(t *testing.T, s *testServer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.app.db.PostCacheInUse() {
+		if time.Now().After(deadline) {
+			t.Fatal("the post cache is not in use after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

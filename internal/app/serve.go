@@ -79,7 +79,7 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	defer closeArchive()
 	n := max(cfg.FanoutWorkers, 1)
-	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil)
+	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil, nil) // no hub: its post cache stays unused
 	checkListpack(ctx, cfg, db)
 	stop := startWorkers(cfg, db, n)
 	log.Info("fan-out workers running", "workers", n)

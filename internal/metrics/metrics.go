@@ -41,6 +41,9 @@ type Metrics struct {
 	redisErrors   *prometheus.CounterVec
 	deliveries    prometheus.Counter
 	archiveMoved  prometheus.Counter // nil without an archive (see WatchArchive)
+	cacheHits     prometheus.Counter // of warble_post_cache_lookups_total, resolved once
+	cacheMisses   prometheus.Counter
+	cacheClears   prometheus.Counter
 
 	mu    sync.Mutex
 	names map[string]struct{} // operation names with series of their own
@@ -79,10 +82,24 @@ func New() *Metrics {
 		}),
 		names: make(map[string]struct{}),
 	}
+	cacheLookups := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "warble",
+		Subsystem: "post_cache",
+		Name:      "lookups_total",
+		Help: "Posts and authors that pages looked up in this process's post cache, by result (hit or miss); " +
+			"a miss is read from Redis. None while the cache is off or not in use (its pub/sub channel not subscribed).",
+	}, []string{"result"})
+	m.cacheHits, m.cacheMisses = cacheLookups.WithLabelValues("hit"), cacheLookups.WithLabelValues("miss")
+	m.cacheClears = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "warble",
+		Subsystem: "post_cache",
+		Name:      "clears_total",
+		Help:      "Times the post cache was emptied: each (re)subscription of its pub/sub channel, since deletes may have been missed.",
+	})
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.operations, m.subscriptions, m.redisErrors, m.deliveries,
+		m.operations, m.subscriptions, m.redisErrors, m.deliveries, cacheLookups, m.cacheClears,
 	)
 	return m
 }
@@ -138,6 +155,19 @@ func (m *Metrics) SubscriptionEnded() { m.subscriptions.Dec() }
 
 // RedisError counts one failed Redis command.
 func (m *Metrics) RedisError(command string) { m.redisErrors.WithLabelValues(command).Inc() }
+
+// PostCacheCounted counts the post cache's hits, misses and clears.
+func (m *Metrics) PostCacheCounted(hits, misses, clears int) {
+	if hits > 0 {
+		m.cacheHits.Add(float64(hits))
+	}
+	if misses > 0 {
+		m.cacheMisses.Add(float64(misses))
+	}
+	if clears > 0 {
+		m.cacheClears.Add(float64(clears))
+	}
+}
 
 // FanOutDelivered counts n posts added to followers' home timelines.
 func (m *Metrics) FanOutDelivered(n int) { m.deliveries.Add(float64(n)) }

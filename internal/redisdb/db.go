@@ -141,6 +141,14 @@ type Options struct {
 	// Delivered, if set, is told how many home timelines each fan-out
 	// batch added a post to, for metrics.
 	Delivered func(n int)
+	// PostCacheSize is how many posts, and as many authors, this process
+	// keeps in its cache of what never changes in them (see postCache),
+	// used while a Hub over the DB hears of deletes. Zero means
+	// DefaultPostCacheSize; negative means no cache.
+	PostCacheSize int
+	// PostCacheCounts, if set, is told of the post cache's hits and
+	// misses (posts and authors alike) and of its clears, for metrics.
+	PostCacheCounts func(hits, misses, clears int)
 }
 
 // DB is Warble's data on one Redis (or Redis Cluster) client. The services
@@ -157,7 +165,13 @@ type DB struct {
 	// lagging is the DB for reads that may go to replicas (see
 	// Options.ReplicaReads): one over that client, or db itself.
 	lagging *DB
-	jobs    jobWatch // wakes this process's idle fan-out workers
+	// replica is set on that DB over the replicas: what it reads may
+	// predate a delete that this process has heard of, and is not cached.
+	replica bool
+	// cache holds what never changes in posts and their authors (see
+	// postCache); nil for none. db and lagging share it.
+	cache *postCache
+	jobs  jobWatch // wakes this process's idle fan-out workers
 	// batcher lets one fan-out worker of this process at a time run a
 	// pipeline of carried jobs (see Worker.runCarried).
 	batcher batchTurn
@@ -265,12 +279,16 @@ func NewDB(client redis.UniversalClient, opts Options) *DB {
 	if opts.FollowerBuckets <= 0 {
 		opts.FollowerBuckets = DefaultFollowerBuckets
 	}
+	if opts.PostCacheSize == 0 {
+		opts.PostCacheSize = DefaultPostCacheSize
+	}
 	opts.FollowerBuckets = max(2, opts.FollowerBuckets)
-	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded, chainedPosts: sharded}
+	db := &DB{client: client, opts: opts, log: opts.Logger, sharded: sharded, chainedPosts: sharded,
+		cache: newPostCache(opts.PostCacheSize, opts.PostCacheCounts)}
 	db.batcher.token = make(chan struct{}, 1)
 	db.lagging = db
 	if opts.ReplicaReads != nil {
-		db.lagging = &DB{client: opts.ReplicaReads, opts: opts, log: opts.Logger, sharded: sharded}
+		db.lagging = &DB{client: opts.ReplicaReads, opts: opts, log: opts.Logger, sharded: sharded, replica: true, cache: db.cache}
 		db.lagging.lagging = db.lagging
 	}
 	return db

@@ -4,7 +4,8 @@
 //
 // A newcomer finds each concern in a file of its name: keys.go is the whole
 // data layout; post.go, user.go, auth.go and follow.go are the services;
-// timeline.go reads pages of timelines; delivery.go is the fan-out engine,
+// timeline.go reads pages of timelines, with postcache.go's cache of
+// posts and authors; delivery.go is the fan-out engine,
 // which queue.go feeds with jobs and worker.go runs; buckets.go splits the
 // followers of huge accounts over the masters; pull.go merges the posts of
 // accounts too big to fan out into home timelines; inactive.go
@@ -23,6 +24,25 @@
 // reads their own write at once; the global timeline; and the followers'
 // home timelines, written by fan-out. Timelines hold ids only: a page is one
 // range read and one pipeline of the posts with their authors.
+//
+// # The post cache
+//
+// What never changes in a post (body, time, author) and in a user
+// (username, display name, signup time) is kept in a bounded LRU per
+// process (postcache.go), so that the pipeline of the posts and authors
+// reads only what is not cached, and a page of cached posts is its range
+// read alone. Counts are never cached. A delete is what can make an entry
+// wrong: the scripts that delete a post publish its id on
+// postsGoneChannel in the same atomic step (a classic channel, broadcast
+// to every node of a cluster), the deleting process drops it before it
+// answers, and every other process's hub drops it when the message
+// arrives. A read that was on its way across a drop does not fill the
+// cache (a generation counter, taken before its commands are sent). The
+// cache is used only while the hub's subscription to that channel stands,
+// and emptied on its every confirmation (a reconnect may have lost
+// messages, and Redis may have lost data and will hand out the same ids
+// again); an entry lives postCacheMaxAge at most, the bound when a
+// connection dies without a word.
 //
 // # Reading past Redis
 //

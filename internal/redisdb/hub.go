@@ -299,6 +299,10 @@ func (h *Hub) read(c *hubConn, msgs <-chan any) {
 				h.refreshHomes()
 				continue
 			}
+			if m.Channel == postsGoneChannel {
+				h.db.cache.drop(m.Payload)
+				continue
+			}
 			h.mu.Lock()
 			if ch := h.channels[m.Channel]; ch != nil {
 				ch.post(m.Payload)

@@ -44,7 +44,10 @@ type hubConn struct {
 	// was made anew, before the confirmations of its shard channels come
 	// (see confirmedOnCluster).
 	anchor   string
-	anchored bool                // the anchor was confirmed once
+	anchored bool // the anchor was confirmed once
+	// gone is set once postsGoneChannel was confirmed on this connection:
+	// it counts in postCache.live until the connection is closed.
+	gone     bool
 	channels map[string]struct{} // the shard channels on this connection
 	// pending holds, per channel, the subscribe and unsubscribe commands
 	// sent on this connection whose confirmations have not arrived, in
@@ -102,6 +105,9 @@ func (h *Hub) openConns() {
 		h.startWriting(c)
 		for _, channel := range []string{revokedChannel, pullChannel} {
 			h.subscribe(channel, pendingCommand{}, nil)
+		}
+		if h.db.cache != nil {
+			h.subscribe(postsGoneChannel, pendingCommand{}, nil)
 		}
 		return
 	}
@@ -214,9 +220,9 @@ func (h *Hub) send(c *hubConn, cmd connCommand) {
 }
 
 // write sends cmd: classic pub/sub on one Redis and for a cluster
-// connection's anchor, sharded for the rest.
+// connection's anchor and postsGoneChannel, sharded for the rest.
 func (c *hubConn) write(ctx context.Context, cmd connCommand) error {
-	sharded := c.addr != "" && cmd.channel != c.anchor
+	sharded := c.addr != "" && cmd.channel != c.anchor && cmd.channel != postsGoneChannel
 	switch {
 	case cmd.subscribe && sharded:
 		return c.ps.SSubscribe(ctx, cmd.channel)
@@ -315,6 +321,12 @@ func (h *Hub) connFor(channel string) (*hubConn, error) {
 	h.conns[addr] = c
 	h.startWriting(c)
 	c.queue(connCommand{subscribe: true, channel: c.anchor})
+	if h.db.cache != nil {
+		// A classic channel, which every node carries: each connection
+		// hears the deletes, so the cache stays in use as long as one of
+		// them is up (see postCache).
+		c.queue(connCommand{subscribe: true, channel: postsGoneChannel})
+	}
 	return c, nil
 }
 
@@ -328,6 +340,10 @@ func (h *Hub) closeConn(c *hubConn) {
 		for channel := range c.channels {
 			delete(h.connOf, channel)
 		}
+	}
+	if c.gone {
+		c.gone = false
+		h.db.cache.unsubscribed()
 	}
 	c.closing = true
 	c.wakeWriter()

@@ -59,6 +59,18 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 		clear(c.pending)
 	}
 	p, ours := c.popPending(m.Channel, subscribe)
+	if m.Channel == postsGoneChannel {
+		// Every confirmation, a connection's first or one that go-redis
+		// got after it reconnected, may follow deletes that this process
+		// did not hear: the post cache starts empty (see postCache).
+		first := subscribe && !c.gone
+		c.gone = c.gone || subscribe
+		h.mu.Unlock()
+		if subscribe {
+			h.db.cache.subscribed(first)
+		}
+		return
+	}
 	if c.anchor != "" && !h.confirmedOnCluster(c, m, subscribe, ours) {
 		h.mu.Unlock()
 		return

@@ -47,6 +47,14 @@ const (
 
 	revokedChannel = prefix + "ch:revoked" // PUBSUB  hashes of revoked session tokens
 	pullChannel    = prefix + "ch:pull"    // PUBSUB  ids of accounts added to pullAuthorsKey
+
+	// postsGoneChannel carries the ids of deleted posts, for every
+	// process's post cache (see postCache). It is a classic channel also
+	// on a cluster, where a PUBLISH reaches every node and so every
+	// process's hub on whichever master it listens: deletes are rare, so
+	// broadcasting them costs the cluster little, where a shard channel
+	// would need every process to listen on the master of its one slot.
+	postsGoneChannel = prefix + "ch:gone"
 )
 
 // userKey is a HASH of one user's fields: w:u:{<id>}.

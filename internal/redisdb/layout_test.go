@@ -91,6 +91,7 @@ func TestLayout(t *testing.T) {
 		userChannel(ada.User.ID),
 		revokedChannel,
 		pullChannel,
+		postsGoneChannel,
 	)
 	got := strings.Join(lines, "\n") + "\n"
 

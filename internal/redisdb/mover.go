@@ -267,9 +267,10 @@ return 1
 // ARGV[4] -> the removed message for both channels
 // ARGV[5] -> the outbox entry of the fan-out job, or "" for none
 // ARGV[6] -> now, unix ms
+// ARGV[7] -> postsGoneChannel
 //
 // Returns 1 if this call deleted the post, 0 if an earlier one had.
-var deleteArchivedScript = newPubScript(`
+var deleteArchivedScript = newPubScript(broadcastGoneLua + `
 if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then
 	return 0
 end
@@ -281,6 +282,7 @@ redis.call('PUBLISH', ARGV[2], ARGV[4])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
 	redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
+broadcastGone(ARGV[7], ARGV[1])
 return 1
 `)
 
@@ -530,10 +532,16 @@ func (db *DB) moveBatch(ctx context.Context, authorID, token string) (moveResult
 
 // forgetGone deletes the rows of deleted posts and then forgets their ids,
 // letting the author go if token (a mover's, or "") still holds them.
+// Once the rows are gone, their deletes are announced again to the post
+// caches: their scripts announced them before, while a read could still
+// find the posts in the archive (see announceGone).
 func (db *DB) forgetGone(ctx context.Context, authorID, token string, ids []string) error {
 	if err := db.opts.Archive.DeletePosts(ctx, ids); err != nil {
 		db.unlockMove(ctx, authorID, token)
 		return fmt.Errorf("delete the archived rows of %d deleted posts of %s: %w", len(ids), authorID, err)
+	}
+	for _, id := range ids {
+		db.announceGone(ctx, id)
 	}
 	end := ""
 	if token != "" {
@@ -590,11 +598,15 @@ func (s *PostService) deleteArchived(ctx context.Context, authorID, postID strin
 	}
 	err = s.db.pub(deleteArchivedScript).Run(ctx, s.db.client,
 		[]string{userKey(authorID), archiveGoneKey(authorID), homeKey(authorID), outboxKey(authorID)},
-		postID, userChannel(authorID), homeChannel(authorID), encodeRemoved(seq, postID), job, msString(s.db.now())).Err()
+		postID, userChannel(authorID), homeChannel(authorID), encodeRemoved(seq, postID), job, msString(s.db.now()), postsGoneChannel).Err()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 	}
+	s.db.cache.drop(postID)
 	ctx = context.WithoutCancel(ctx)
+	// The script announced the delete, crash or not; forgetGone announces
+	// it once more when the row is gone, for a read that found the post
+	// in the archive in between.
 	if err := s.db.forgetGone(ctx, authorID, "", []string{postID}); err != nil {
 		s.db.log.WarnContext(ctx, "delete an archived post's row; a mover will", "post", postID, "err", err)
 	}

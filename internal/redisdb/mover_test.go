@@ -300,7 +300,7 @@ func TestDeleteArchivedPostCutShort(t *testing.T) {
 			}
 			err := db.pub(deleteArchivedScript).Run(ctx, db.client,
 				[]string{userKey(ada.ID), archiveGoneKey(ada.ID), homeKey(ada.ID), outboxKey(ada.ID)},
-				old.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(old.Seq, old.ID), "", msString(db.now())).Err()
+				old.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(old.Seq, old.ID), "", msString(db.now()), postsGoneChannel).Err()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -468,7 +468,7 @@ func TestMoverDiedThenADeleteDied(t *testing.T) {
 	n, err := db.pub(deletePostScript).Run(ctx, db.client,
 		[]string{postKey(ada.ID, seq), postsKey(ada.ID), homeKey(ada.ID), outboxKey(ada.ID),
 			movingKey(ada.ID), archiveGoneKey(ada.ID), userKey(ada.ID)},
-		victim.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(victim.Seq, victim.ID), "", msString(db.now())).Int64()
+		victim.ID, userChannel(ada.ID), homeChannel(ada.ID), encodeRemoved(victim.Seq, victim.ID), "", msString(db.now()), postsGoneChannel).Int64()
 	if err != nil || n != 2 {
 		t.Fatalf("deletePostScript = %d, %v; want 2 (deleted, and noted for the movers)", n, err)
 	}

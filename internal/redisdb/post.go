@@ -192,10 +192,11 @@ return {globalErr, dueErr}
 // ARGV[4] -> the removed message for both channels
 // ARGV[5] -> the outbox entry of the fan-out job, or "" for none
 // ARGV[6] -> now, unix ms
+// ARGV[7] -> postsGoneChannel
 //
 // Returns 1 if the post was deleted, 2 if it was and its id was noted for
 // the movers, 0 if there was no such post.
-var deletePostScript = newPubScript(`
+var deletePostScript = newPubScript(broadcastGoneLua + `
 if redis.call('DEL', KEYS[1]) == 0 then
 	return 0
 end
@@ -211,6 +212,7 @@ redis.call('PUBLISH', ARGV[2], ARGV[4])
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
 	redis.call('PUBLISH', ARGV[3], ARGV[4])
 end
+broadcastGone(ARGV[7], ARGV[1])
 return 1 + noted
 `)
 
@@ -463,13 +465,16 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 	n, err := s.db.pub(deletePostScript).Run(ctx, s.db.client,
 		[]string{postKey(authorID, seqText), postsKey(authorID), homeKey(authorID), outboxKey(authorID),
 			movingKey(authorID), archiveGoneKey(authorID), userKey(authorID)},
-		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now())).Int64()
+		postID, userChannel(authorID), homeChannel(authorID), removed, job, msString(s.db.now()), postsGoneChannel).Int64()
 	if err != nil {
 		return fmt.Errorf("delete post %s by %s: %w", postID, authorID, err)
 	} else if n == 0 {
 		// Gone, or moved to the archive since it was looked for.
 		return s.deleteArchived(ctx, authorID, postID, seq)
 	}
+	// The script announced the delete to every process; this one forgets
+	// the post before it answers.
+	s.db.cache.drop(postID)
 
 	ctx = context.WithoutCancel(ctx)
 	if n == 2 {
@@ -480,6 +485,9 @@ func (s *PostService) DeletePost(ctx context.Context, authorID, postID string) e
 		if err := s.db.opts.Archive.DeletePosts(ctx, []string{postID}); err != nil {
 			s.db.log.WarnContext(ctx, "delete post from the archive; a mover will", "post", postID, "err", err)
 		}
+		// A read between the script and the row's delete may have
+		// found the post in the archive, after its announce.
+		s.db.announceGone(ctx, postID)
 	}
 	s.afterDelete(ctx, authorID, seq, postID)
 	return nil

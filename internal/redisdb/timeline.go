@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -501,6 +502,12 @@ func feedEntries(zs []redis.Z) []feedEntry {
 // or whose id is malformed is left out. A post whose author cannot be read
 // keeps a nil Author.
 //
+// Posts and authors in the process's cache (see postCache) are not read:
+// a page whose posts and authors are all cached costs no round trip here.
+// What the pipeline and the archive read is cached, unless it came from a
+// replica, which may not have applied a delete that this process has
+// heard of already.
+//
 // With an archive, an entry whose hash is gone may be a post that moved
 // there since its id was read (a timeline keeps the ids of moved posts):
 // those are asked of the archive in one query, after the pipeline. A post
@@ -516,7 +523,6 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 	authorOf := make([]int, len(entries))
 	var authorIDs []string
 	authorIndex := make(map[string]int)
-	hashes := 0
 	for i, e := range entries {
 		author, _, ok := splitPostID(e.postID)
 		if !ok {
@@ -530,34 +536,64 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 			authorIDs = append(authorIDs, author)
 		}
 		authorOf[i] = j
-		if e.post == nil {
-			hashes++
-		}
 	}
 	if len(authorIDs) == 0 {
 		return nil, nil
 	}
-	reads := newHashReads(hashes + len(authorIDs))
-	cmds := make([]*redis.SliceCmd, len(entries))
+	// The generation is taken before any command is sent (see postCache).
+	gen, cached := db.cache.start()
+	started := time.Now()
+	users := make([]*warble.User, len(authorIDs))
+	var hits []cachedPost // by entry; a zero at for a miss
+	if cached {
+		hits = make([]cachedPost, len(entries))
+		db.cache.lookup(entries, authorOf, hits, authorIDs, users, make([]warble.User, len(authorIDs)))
+	}
+	hit := func(i int) bool { return hits != nil && !hits[i].at.IsZero() }
+	hashes, fromCache := 0, 0
 	for i, e := range entries {
-		if authorOf[i] >= 0 && e.post == nil {
-			author, seq, _ := splitPostID(e.postID)
-			cmds[i] = reads.add(ctx, postKey(author, seq), "body", "createdAt")
+		switch {
+		case authorOf[i] < 0 || e.post != nil:
+		case hit(i):
+			fromCache++
+		default:
+			hashes++
 		}
 	}
-	authors := db.queueUsers(ctx, reads, authorIDs)
-	pipe := db.client.Pipeline()
-	reads.queue(ctx, pipe)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
+	var missing []string // the authors to read, and where each goes in users
+	var missingAt []int
+	for j, u := range users {
+		if u == nil {
+			missing, missingAt = append(missing, authorIDs[j]), append(missingAt, j)
+		}
 	}
-	users, err := authors(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
+
+	cmds := make([]*redis.SliceCmd, len(entries))
+	if hashes+len(missing) > 0 {
+		reads := newHashReads(hashes + len(missing))
+		for i, e := range entries {
+			if authorOf[i] >= 0 && e.post == nil && !hit(i) {
+				author, seq, _ := splitPostID(e.postID)
+				cmds[i] = reads.add(ctx, postKey(author, seq), "body", "createdAt")
+			}
+		}
+		authors := db.queueUsers(ctx, reads, missing)
+		pipe := db.client.Pipeline()
+		reads.queue(ctx, pipe)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
+		}
+		read, err := authors(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %d posts: %w", len(entries), err)
+		}
+		for k, u := range read {
+			users[missingAt[k]] = u
+		}
 	}
 
 	found := make([]*warble.Post, len(entries))
-	read := make([]warble.Post, 0, hashes) // one allocation for the posts read
+	read := make([]warble.Post, 0, hashes+fromCache) // one allocation for the posts read
 	var moved []string
 	for i, e := range entries {
 		switch {
@@ -565,6 +601,11 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 			// A malformed id: neither read nor an author.
 		case e.post != nil:
 			found[i] = e.post
+		case hit(i):
+			read = append(read, warble.Post{
+				ID: e.postID, AuthorID: authorIDs[authorOf[i]], Body: hits[i].body, CreatedAt: hits[i].createdAt, Seq: e.seq,
+			})
+			found[i] = &read[len(read)-1]
 		default:
 			vals := cmds[i].Val()
 			body, ok := vals[0].(string)
@@ -595,6 +636,9 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 			}
 		}
 	}
+	if cached && !db.replica && (hashes > 0 || len(missing) > 0) {
+		db.cacheRead(gen, started, cmds, found, users, missingAt)
+	}
 
 	posts := make([]*warble.Post, 0, len(entries))
 	for i, p := range found {
@@ -605,4 +649,23 @@ func (db *DB) loadPosts(ctx context.Context, entries []feedEntry) ([]*warble.Pos
 		posts = append(posts, p)
 	}
 	return posts, nil
+}
+
+// cacheRead caches the posts and authors that loadPosts read, as a read
+// that started at gen (see postCache.put): the posts it asked Redis for
+// and found there or in the archive (cmds[i] set), and the authors it read
+// (readAt). Posts that entries carried were read before gen was taken, and
+// are not cached.
+func (db *DB) cacheRead(gen uint64, started time.Time, cmds []*redis.SliceCmd, found []*warble.Post, users []*warble.User, readAt []int) {
+	var posts []*warble.Post
+	for i, p := range found {
+		if p != nil && cmds[i] != nil {
+			posts = append(posts, p)
+		}
+	}
+	authors := make([]*warble.User, 0, len(readAt))
+	for _, j := range readAt {
+		authors = append(authors, users[j])
+	}
+	db.cache.put(gen, posts, authors, started)
 }

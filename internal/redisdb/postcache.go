@@ -1,0 +1,223 @@
+package redisdb
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/warble/warble/internal/warble"
+)
+
+// DefaultPostCacheSize is how many posts, and as many authors, a process
+// keeps in its post cache by default (see Options.PostCacheSize): a few
+// hours of a busy home timeline's posts, some tens of MB at most.
+const DefaultPostCacheSize = 50_000
+
+// postCacheMaxAge bounds how long an entry is served from the cache. An
+// entry can only go stale when its post is deleted and the invalidation
+// does not arrive: a pub/sub connection that died without a word is
+// noticed by go-redis's health check or the kernel in seconds to minutes,
+// and until it reconnects (which empties the cache) the deletes meanwhile
+// are not heard. This is the bound on that.
+const postCacheMaxAge = time.Minute
+
+// postCache is a process's cache of what never changes in a post (its
+// body, its time, its author) and in a user (their username, display name
+// and signup time), so that a page whose posts and authors are cached
+// costs no round trip for them (see loadPosts).
+//
+// A post can be deleted, and every process must stop serving it: the
+// deleting process drops it before DeletePost answers, and the script that
+// deletes it publishes its id on postsGoneChannel, atomically with the
+// delete, which every process's hub hears (see Hub). While the hub is not
+// subscribed to that channel (before its first confirmation, and on a
+// connection Redis never confirmed again) the cache is neither read nor
+// filled; on every confirmation it is emptied, since messages may have been
+// lost while the connection was down, and Redis may have lost data (and
+// would hand out the same ids again).
+//
+// A read that was on its way while a post was dropped may have read it
+// before its delete: gen counts the drops and clears, and a read fills the
+// cache only if none came between its start (before its commands were
+// sent) and its end (see put). Users are never deleted, but their ids,
+// like post ids, come back after Redis lost data, which clears both.
+type postCache struct {
+	mu    sync.Mutex
+	posts *simplelru.LRU[string, cachedPost]
+	users *simplelru.LRU[string, cachedUser]
+
+	gen  atomic.Uint64 // drops and clears so far
+	live atomic.Int32  // hub connections subscribed to postsGoneChannel
+
+	// count, if set, is told of each lookup's hits and misses, and of
+	// each clear, for metrics.
+	count func(hits, misses, clears int)
+}
+
+type cachedPost struct {
+	body      string
+	createdAt time.Time
+	at        time.Time // when it was read
+}
+
+type cachedUser struct {
+	user warble.User
+	at   time.Time
+}
+
+// newPostCache returns a cache of size posts and size users, or nil for
+// none when size is not positive.
+func newPostCache(size int, count func(hits, misses, clears int)) *postCache {
+	if size <= 0 {
+		return nil
+	}
+	posts, _ := simplelru.NewLRU[string, cachedPost](size, nil)
+	users, _ := simplelru.NewLRU[string, cachedUser](size, nil)
+	return &postCache{posts: posts, users: users, count: count}
+}
+
+// start returns the generation a read begins at, and false when the cache
+// is not to be used now (none, or the hub is not subscribed).
+func (c *postCache) start() (uint64, bool) {
+	if c == nil || c.live.Load() == 0 {
+		return 0, false
+	}
+	return c.gen.Load(), true
+}
+
+// lookup fills in posts[i], for each entry i without its post, with the
+// post cached for it (a zero at for none), and users[j] with the cached
+// author authorIDs[j] (nil for none), copied into room. It takes the lock
+// once for a whole page.
+func (c *postCache) lookup(entries []feedEntry, authorOf []int, posts []cachedPost, authorIDs []string, users []*warble.User, room []warble.User) {
+	now := time.Now()
+	hits, misses := 0, 0
+	c.mu.Lock()
+	for i, e := range entries {
+		if authorOf[i] < 0 || e.post != nil {
+			continue
+		}
+		if p, ok := c.posts.Get(e.postID); ok && now.Sub(p.at) < postCacheMaxAge {
+			posts[i] = p
+			hits++
+		} else {
+			misses++
+		}
+	}
+	for j, id := range authorIDs {
+		if u, ok := c.users.Get(id); ok && now.Sub(u.at) < postCacheMaxAge {
+			room[j] = u.user
+			users[j] = &room[j]
+			hits++
+		} else {
+			misses++
+		}
+	}
+	c.mu.Unlock()
+	if c.count != nil {
+		c.count(hits, misses, 0)
+	}
+}
+
+// put caches what a read that started at gen found, unless a drop or a
+// clear came since, which may be about a post the read found before its
+// delete.
+func (c *postCache) put(gen uint64, posts []*warble.Post, users []*warble.User, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen.Load() != gen || c.live.Load() == 0 {
+		return
+	}
+	for _, p := range posts {
+		c.posts.Add(p.ID, cachedPost{body: p.Body, createdAt: p.CreatedAt, at: at})
+	}
+	for _, u := range users {
+		if u != nil {
+			c.users.Add(u.ID, cachedUser{user: *u, at: at})
+		}
+	}
+}
+
+// drop forgets a deleted post. The generation moves under the lock, so
+// that a put either lands before the drop (and is dropped) or sees it.
+func (c *postCache) drop(postID string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.gen.Add(1)
+	c.posts.Remove(postID)
+	c.mu.Unlock()
+}
+
+// clear forgets everything.
+func (c *postCache) clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.gen.Add(1)
+	c.posts.Purge()
+	c.users.Purge()
+	c.mu.Unlock()
+	if c.count != nil {
+		c.count(0, 0, 1)
+	}
+}
+
+// subscribed is called by the hub when one of its connections is
+// confirmed on postsGoneChannel, for the first time or again after a
+// reconnect: deletes announced while it was not may have been missed, so
+// the cache starts empty. first is true for a connection's first.
+func (c *postCache) subscribed(first bool) {
+	if c == nil {
+		return
+	}
+	c.clear()
+	if first {
+		c.live.Add(1)
+	}
+}
+
+// unsubscribed is called by the hub when a connection that was confirmed
+// on postsGoneChannel closes.
+func (c *postCache) unsubscribed() {
+	if c == nil {
+		return
+	}
+	c.live.Add(-1)
+}
+
+// broadcastGoneLua is the Lua function with which the scripts that delete
+// a post announce it on postsGoneChannel (see postCache), in the step that
+// deletes it, so that no crash can lose the announce. Its PUBLISH is
+// spelled with double quotes, which newPubScript leaves alone: the channel
+// is classic on a cluster too, where it reaches every node.
+const broadcastGoneLua = `
+local function broadcastGone(channel, postID)
+	redis.call("PUBLISH", channel, postID)
+end
+`
+
+// announceGone drops a deleted post from this process's cache and
+// announces its delete again on postsGoneChannel, for a delete whose
+// script announced it before the archive's row was gone (a post deleted
+// in the archive, or during a move): a read in between may have found it
+// there, after the first announce. A failure is logged: such an entry
+// then lives until it is evicted, postCacheMaxAge at most.
+func (db *DB) announceGone(ctx context.Context, postID string) {
+	db.cache.drop(postID)
+	if err := db.client.Publish(ctx, postsGoneChannel, postID).Err(); err != nil {
+		db.log.WarnContext(ctx, "announce a deleted post to the post caches", "post", postID, "err", err)
+	}
+}
+
+// PostCacheInUse reports whether pages are served from the post cache
+// now: it is on, and a Hub over db hears of deletes.
+func (db *DB) PostCacheInUse() bool {
+	_, ok := db.cache.start()
+	return ok
+}

@@ -1,0 +1,430 @@
+package redisdb
+
+import (
+	"context"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
+)
+
+// postReads counts the HMGETs (of posts and users) that a client sends.
+func postReads(db *DB) *atomic.Int64 {
+	n := new(atomic.Int64)
+	db.client.AddHook(&countCommands{n: n, match: func(c redis.Cmder) bool { return c.Name() == "hmget" }})
+	return n
+}
+
+// waitCacheLive waits until db's hub listens for deletes, from when on
+// its post cache is used.
+func waitCacheLive(t testing.TB, db *DB) {
+	t.Helper()
+	waitFor(t, "the post cache to be in use", func() bool { _, ok := db.cache.start(); return ok })
+}
+
+// processDB returns a DB over a client of its own of srv, as another
+// process would have, with its hub; dial, if set, is the client's dialer.
+func processDB(t testing.TB, srv *redistest.Server, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *DB {
+	t.Helper()
+	var client redis.UniversalClient
+	if o := srv.ClusterOptions(); o != nil {
+		o.Dialer = dial
+		cc := redis.NewClusterClient(o)
+		cc.AddHook(redistest.NewSlotGuard(t))
+		t.Cleanup(func() { cc.Close() })
+		client = cc
+	} else {
+		o := srv.Options()
+		if dial != nil {
+			o.Dialer = dial
+		}
+		c := redis.NewClient(o)
+		c.AddHook(redistest.NewSlotGuard(t))
+		t.Cleanup(func() { c.Close() })
+		client = c
+	}
+	db := NewDB(client, Options{BcryptCost: bcrypt.MinCost})
+	newTestHub(t, db)
+	waitCacheLive(t, db)
+	return db
+}
+
+// samePosts fails t unless got and want are the same posts with the same
+// authors, in the same order.
+func samePosts(t testing.TB, got, want []*warble.Post) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d posts, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.ID != w.ID || g.Body != w.Body || !g.CreatedAt.Equal(w.CreatedAt) || g.Seq != w.Seq || g.AuthorID != w.AuthorID {
+			t.Fatalf("post %d = %+v, want %+v", i, g, w)
+		}
+		if g.Author == nil || w.Author == nil || *g.Author != *w.Author {
+			t.Fatalf("post %d's author = %+v, want %+v", i, g.Author, w.Author)
+		}
+	}
+}
+
+func pagePosts(tl *warble.Timeline) []*warble.Post {
+	var posts []*warble.Post
+	for _, e := range tl.Edges {
+		posts = append(posts, e.Node)
+	}
+	return posts
+}
+
+// TestPostCacheServesAPage: a page read a second time takes its posts and
+// their authors from the cache, without a read of them, and they are the
+// same; with the cache off, every page reads them.
+func TestPostCacheServesAPage(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		size      int
+		wantReads bool
+	}{
+		{name: "On", wantReads: false},
+		{name: "Off", size: -1, wantReads: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newTestDB(t, Options{PostCacheSize: tt.size})
+			newTestHub(t, db)
+			if tt.size >= 0 {
+				waitCacheLive(t, db)
+			}
+			posts := NewPostService(db)
+			ada, bob := mustSignup(t, db, "ada"), mustSignup(t, db, "bob")
+			for i := range 6 {
+				mustCreatePost(t, db, ada.ID, "ada "+string(rune('a'+i)))
+				mustCreatePost(t, db, bob.ID, "bob "+string(rune('a'+i)))
+			}
+			reads := postReads(db)
+			page := warble.PageArgs{First: 10}
+			first, err := posts.FindTimeline(ctx, warble.GlobalFeed(), page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reads.Load() == 0 {
+				t.Fatal("the first page read no post")
+			}
+			reads.Store(0)
+			second, err := posts.FindTimeline(ctx, warble.GlobalFeed(), page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samePosts(t, pagePosts(second), pagePosts(first))
+			if got := reads.Load(); (got > 0) != tt.wantReads {
+				t.Errorf("the second page sent %d HMGETs; want reads %v", got, tt.wantReads)
+			}
+			if second.Edges[0].Node == first.Edges[0].Node || second.Edges[0].Node.Author == first.Edges[0].Node.Author {
+				t.Error("two pages share a post or an author: callers may change what they get")
+			}
+
+			// node(id:) takes the same path.
+			reads.Store(0)
+			p, err := posts.FindPostByID(ctx, first.Edges[3].Node.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			samePosts(t, []*warble.Post{p}, []*warble.Post{first.Edges[3].Node})
+			if got := reads.Load(); (got > 0) != tt.wantReads {
+				t.Errorf("FindPostByID sent %d HMGETs; want reads %v", got, tt.wantReads)
+			}
+		})
+	}
+}
+
+// TestPostCacheWithoutHub: a DB whose deletes nobody listens for (no hub,
+// as in a `warble worker`) reads every post from Redis.
+func TestPostCacheWithoutHub(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	ada := mustSignup(t, db, "ada")
+	p := mustCreatePost(t, db, ada.ID, "hello")
+	posts := NewPostService(db)
+	reads := postReads(db)
+	for range 2 {
+		if _, err := posts.FindPostByID(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reads.Load(); got != 4 {
+		t.Errorf("two reads sent %d HMGETs, want 4 (the post and its author, each time)", got)
+	}
+}
+
+// TestPostCacheDeleteElsewhere: a post deleted through one process is
+// gone at once there, and from another process's cache once the delete's
+// announce reaches it, for a post in Redis and for one in neither.
+func TestPostCacheDeleteElsewhere(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	a, b := processDB(t, srv, nil), processDB(t, srv, nil)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "soon gone")
+	inA, inB := NewPostService(a), NewPostService(b)
+	for _, s := range []*PostService{inA, inB} {
+		if _, err := s.FindPostByID(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("B read the post again (%d HMGETs): it was not cached, and this test could not fail", n)
+	}
+
+	if err := inA.DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inA.FindPostByID(ctx, p.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Fatalf("A's FindPostByID after its delete: %v, want not found", err)
+	}
+	waitFor(t, "B to stop serving the deleted post", func() bool {
+		_, err := inB.FindPostByID(ctx, p.ID)
+		return warble.ErrorCode(err) == warble.ENOTFOUND
+	})
+}
+
+// holdRead holds the reply of a pipeline that reads key, once armed,
+// until released: the read has been answered by Redis, and its caller has
+// not seen the answer yet.
+type holdRead struct {
+	key      string
+	armed    atomic.Bool
+	answered chan struct{}
+	release  chan struct{}
+}
+
+func (h *holdRead) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *holdRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "hmget" && len(c.Args()) > 1 && c.Args()[1] == h.key && h.armed.CompareAndSwap(true, false) {
+				close(h.answered)
+				<-h.release
+				break
+			}
+		}
+		return err
+	}
+}
+
+// TestPostCacheReadAcrossADelete: a read that found a post before its
+// delete, and ends after the delete's announce was applied, must not
+// put the post into the cache: the next read would serve a deleted post.
+func TestPostCacheReadAcrossADelete(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	a, b := processDB(t, srv, nil), processDB(t, srv, nil)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "read across its delete")
+	_, seq, _ := splitPostID(p.ID)
+	hold := &holdRead{key: postKey(ada.ID, seq), answered: make(chan struct{}), release: make(chan struct{})}
+	b.client.AddHook(hold)
+	hold.armed.Store(true)
+	inB := NewPostService(b)
+
+	var wg sync.WaitGroup
+	var read *warble.Post
+	var readErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		read, readErr = inB.FindPostByID(ctx, p.ID)
+	}()
+	<-hold.answered
+	gen := b.cache.gen.Load()
+	if err := NewPostService(a).DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B to hear of the delete", func() bool { return b.cache.gen.Load() != gen })
+	close(hold.release)
+	wg.Wait()
+	if readErr != nil || read == nil || read.ID != p.ID {
+		t.Fatalf("the read across the delete = %v, %v; want the post, as read before its delete", read, readErr)
+	}
+	if got, err := inB.FindPostByID(ctx, p.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Fatalf("B's next read = %v, %v; want not found: the read across the delete cached the post", got, err)
+	}
+}
+
+// gate holds a client's dials while shut.
+type gate struct {
+	mu   sync.Mutex
+	open chan struct{}
+}
+
+func newGate() *gate {
+	g := &gate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+func (g *gate) shut() {
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gate) reopen() {
+	g.mu.Lock()
+	close(g.open)
+	g.mu.Unlock()
+}
+
+func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	select {
+	case <-open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// TestPostCacheDeleteDuringAnOutage: a post deleted while another
+// process's pub/sub connection is down (its announce is lost there) is
+// not served by that process once it has reconnected.
+func TestPostCacheDeleteDuringAnOutage(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	g := newGate()
+	a, b := processDB(t, srv, nil), processDB(t, srv, g.dial)
+	requireRealRedis(t, a)
+	ada := mustSignup(t, a, "ada")
+	posts := []*warble.Post{mustCreatePost(t, a, ada.ID, "stays"), mustCreatePost(t, a, ada.ID, "goes")}
+	inB := NewPostService(b)
+	ids := []string{posts[0].ID, posts[1].ID}
+	if _, err := inB.FindPostsByIDs(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostsByIDs(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("B read the posts again (%d HMGETs): they were not cached, and this test could not fail", n)
+	}
+
+	// B cannot reconnect until the gate opens; A's hub can.
+	g.shut()
+	clears := b.cache.gen.Load()
+	if err := killPubsubConns(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewPostService(a).DeletePost(ctx, ada.ID, posts[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // where a live connection would have heard it
+	if b.cache.gen.Load() != clears {
+		t.Fatal("B heard of the delete while its connection was down: the outage did not happen")
+	}
+	g.reopen()
+	waitFor(t, "B to stop serving the post deleted during its outage", func() bool {
+		found, err := inB.FindPostsByIDs(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return found[0] != nil && found[1] == nil
+	})
+}
+
+// TestPostCacheBroadcastOnEveryNode: deletes run on whichever master holds
+// their post (on a cluster), and each reaches every process's hub.
+func TestPostCacheBroadcastOnEveryNode(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	a, b := processDB(t, srv, nil), processDB(t, srv, nil)
+	// Posts of authors in different slots: on a cluster their deletes run
+	// on different masters, and each must reach B's hub.
+	var authors []*warble.User
+	var ps []*warble.Post
+	for _, name := range []string{"ada", "bob", "cyd", "dee", "eve", "fay"} {
+		u := mustSignup(t, a, name)
+		authors = append(authors, u)
+		ps = append(ps, mustCreatePost(t, a, u.ID, "by "+name))
+	}
+	inB := NewPostService(b)
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	if _, err := inB.FindPostsByIDs(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostsByIDs(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("B read the posts again (%d HMGETs): they were not cached, and this test could not fail", n)
+	}
+	for i, p := range ps {
+		if err := NewPostService(a).DeletePost(ctx, authors[i].ID, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "B to stop serving every deleted post", func() bool {
+		found, err := inB.FindPostsByIDs(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !slices.ContainsFunc(found, func(p *warble.Post) bool { return p != nil })
+	})
+}
+
+// TestPostCacheDeleteArchived: a post read from the archive is cached too,
+// and its delete (of the archive's row) reaches other processes' caches.
+func TestPostCacheDeleteArchived(t *testing.T) {
+	ctx := context.Background()
+	a, store := newArchivedDB(t, Options{})
+	newTestHub(t, a)
+	// Another process: a DB of its own, with its own cache and hub.
+	b := NewDB(a.client, Options{Archive: store, BcryptCost: bcrypt.MinCost})
+	newTestHub(t, b)
+	waitCacheLive(t, a)
+	waitCacheLive(t, b)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "archived, then deleted")
+	archivePosts(t, a, p)
+	inA, inB := NewPostService(a), NewPostService(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	queries := store.queries()
+	if got, err := inB.FindPostByID(ctx, p.ID); err != nil || got.Body != p.Body {
+		t.Fatalf("FindPostByID = %v, %v; want the archived post", got, err)
+	}
+	if store.queries() != queries {
+		t.Fatal("B asked the archive again: the post was not cached, and this test could not fail")
+	}
+	if err := inA.DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inA.FindPostByID(ctx, p.ID); warble.ErrorCode(err) != warble.ENOTFOUND {
+		t.Fatalf("A's FindPostByID after its delete: %v, want not found", err)
+	}
+	waitFor(t, "B to stop serving the deleted archived post", func() bool {
+		_, err := inB.FindPostByID(ctx, p.ID)
+		return warble.ErrorCode(err) == warble.ENOTFOUND
+	})
+}
