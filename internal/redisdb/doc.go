@@ -41,8 +41,10 @@
 // cache is used only while the hub's subscription to that channel stands,
 // and emptied on its every confirmation (a reconnect may have lost
 // messages, and Redis may have lost data and will hand out the same ids
-// again); an entry lives postCacheMaxAge at most, the bound when a
-// connection dies without a word.
+// again). A connection can also die without a word: the hub publishes a
+// beat on the channel every cacheBeatEvery, and the cache is used only
+// while one of its own came back from within cacheHeardFor beats; an
+// entry lives postCacheMaxAge at most in any case.
 //
 // # Reading past Redis
 //
