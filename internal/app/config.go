@@ -146,7 +146,7 @@ func (c *Config) settings(p *pending) []setting {
 		{env: "FANOUT_INACTIVE_AFTER", flag: "fanout-inactive-after", value: &durationValue{v: &c.InactiveAfter, min: time.Hour, off: true},
 			usage: "fan-out skips a follower who has made no signed-in request for this long (an hour or more); their home timeline is rebuilt from the people they follow on their next request; `off` skips nobody"},
 		{env: "POST_CACHE_SIZE", flag: "post-cache-size", value: &intValue{v: &c.PostCacheSize, min: 0},
-			usage: "how many posts, and as many of their authors, each server process keeps in memory so that pages of cached posts read only their timeline from Redis; a deleted post leaves every process's cache within pub/sub's latency (at once in the process that deleted it), and an entry lives a minute at most; `0` turns the cache off. See [The post cache](#the-post-cache)"},
+			usage: "how many posts, and as many of their authors, each server process keeps in memory so that pages of cached posts read only their timeline from Redis; a deleted post leaves every process's cache within pub/sub's latency (at once in the process that deleted it), a process whose pub/sub connection goes silent stops using its cache within 6 seconds, and an entry lives a minute at most; `0` turns the cache off. See [The post cache](#the-post-cache)"},
 		{env: "METRICS", flag: "metrics", value: &p.metrics, def: "`on` in development, `off` in production",
 			usage: "Prometheus metrics at `GET /metrics`: `on` serves them on the main listener, `off` not at all, and a `host:port` (e.g. `127.0.0.1:9090`) on a listener of their own only. See [Metrics](#metrics)"},
 		{env: "LOG_LEVEL", flag: "log-level", value: (*levelValue)(&c.LogLevel), usage: "`debug`, `info`, `warn` or `error`"},

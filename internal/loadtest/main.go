@@ -54,6 +54,7 @@ type options struct {
 	fanoutSizes     []int         // follower counts of the fan-out authors; none: no fan-out measurement
 	fanoutTimeout   time.Duration // longest wait for one post to reach every follower
 	fanoutNoWatch   bool          // time fan-out by the queue alone, not by polling the timelines meanwhile
+	fanoutBusy      bool          // also time createPost while each fan-out author keeps posting
 	pullThreshold   int           // the server's FANOUT_PULL_THRESHOLD, for the report; 0 if not known, -1 if off
 	bucketThreshold int           // the server's FOLLOWERS_BUCKET_THRESHOLD: 0 for its default, -1 if off
 	buckets         int           // the server's FOLLOWERS_BUCKETS: 0 for its default
@@ -89,6 +90,8 @@ func main() {
 	flag.DurationVar(&o.fanoutTimeout, "fanout-timeout", time.Minute, "longest wait for one post to reach every follower")
 	flag.BoolVar(&o.fanoutNoWatch, "fanout-no-watch", false, "time fan-out until its job leaves the queue, then check the timelines, "+
 		"instead of polling the timelines while it runs (which costs Redis a pipeline of ZSCOREs a millisecond)")
+	flag.BoolVar(&o.fanoutBusy, "fanout-busy", false, "after the fan-out runs, time createPost again while each -fanout-sizes author posts once per its measured fan-out time, "+
+		"so that a large fan-out is under way throughout")
 	pull := flag.String("pull-threshold", "", "the server's FANOUT_PULL_THRESHOLD, a number or off, for the report (empty: not known)")
 	buckets := flag.String("bucket-threshold", "", "the server's FOLLOWERS_BUCKET_THRESHOLD, a number or off (empty: its default), so that the raw seed writes followers where the server keeps them")
 	flag.IntVar(&o.buckets, "buckets", 0, "the server's FOLLOWERS_BUCKETS (0: its default)")
@@ -330,6 +333,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 	if rep.fan, err = measureFanOut(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)
+	}
+	if o.fanoutBusy {
+		if rep.busy, err = measureBusy(ctx, db, hc, gql, rep.fan, rep.fanAuthors, create, o); err != nil {
+			return err
+		}
 	}
 	if o.compactHomes > 0 {
 		if rep.compact, err = measureCompact(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {

@@ -12,8 +12,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -204,7 +206,7 @@ func TestRunTiny(t *testing.T) {
 	o := options{
 		serverURL: url, redisURL: srv.URL, users: 12, maxFollow: 5, posts: 2, runs: 2,
 		duration: 50 * time.Millisecond, concurrency: 2, seed: 1,
-		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fewFollowers: 1000, chart: chart,
+		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fanoutBusy: true, fewFollowers: 1000, chart: chart,
 		compactHomes: 30, homeCap: 1000, listpackEntries: []int{128, 1000},
 		sockets: 10, liveIdle: 10 * time.Millisecond,
 	}
@@ -232,6 +234,16 @@ func TestRunTiny(t *testing.T) {
 	) {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	// Each author posted at least once in each of the 2 busy runs.
+	if busy := regexp.MustCompile(`(?m)^\| (7|30) \| [0-9.]+[µm]?s \| ([0-9]+) \| [0-9]+ \|`).FindAllStringSubmatch(report, -1); len(busy) != 2 {
+		t.Errorf("report lacks the -fanout-busy rows for 7 and 30 followers:\n%s", report)
+	} else {
+		for _, m := range busy {
+			if n, _ := strconv.Atoi(m[2]); n < 2 {
+				t.Errorf("the author with %s followers posted %d times in 2 busy runs:\n%s", m[1], n, report)
+			}
 		}
 	}
 	if strings.Contains(report, "| not pushed: ") || strings.Contains(report, "| not delivered: ") {

@@ -23,6 +23,7 @@ type report struct {
 	createDone float64
 	fanAuthors []fanAuthor
 	fan        []fanResult
+	busy       []busyResult    // createPost while a fan-out author keeps posting (-fanout-busy)
 	compact    []compactResult // by listpack limit
 	// On a Redis Cluster, each master's main thread during the last
 	// concurrent createPost run, and where the single keys live.
@@ -174,6 +175,7 @@ func (r *report) write(out io.Writer) {
 		}
 	}
 
+	r.writeBusy(out)
 	r.writeCompact(out)
 
 	fmt.Fprintf(out, "\ntargets:\n\n| target | measured | |\n|---|---|---|\n")

@@ -1176,6 +1176,10 @@ func (db *DB) deletedPost(ctx context.Context, authorID, postID string) (bool, e
 // With two, Redis sat idle between the end of one and the arrival of the
 // next after the followers' read that waited behind it; with three, fan-out
 // to 100,000 followers took 8–12% less time (BENCHMARKS.md, Fan-out).
+// More is not better for everyone else: each batch in flight is up to a
+// thousand ZADDs that other clients' commands wait behind, and with six,
+// small authors' createPost p99 during a 100,000-follower fan-out rose
+// 1.6× (BENCHMARKS.md, -fanout-busy).
 const fanOutDepth = 3
 
 // progressEvery is how many batches a fan-out runs between progress logs.

@@ -43,9 +43,11 @@
 // while another one listens (a reconnect may have lost
 // messages, and Redis may have lost data and will hand out the same ids
 // again), and whenever the hub reads an id counter lower than the time
-// before (a FLUSHALL or a failover, which no reconnect tells); an entry
-// lives postCacheMaxAge at most, the bound when a connection dies without
-// a word.
+// before (a FLUSHALL or a failover, which no reconnect tells). A
+// connection can also die without a word: the hub publishes a beat on
+// the channel every cacheBeatEvery, and the cache is used only while one
+// of its own came back from within cacheHeardFor beats; an entry lives
+// postCacheMaxAge at most in any case.
 //
 // # Reading past Redis
 //

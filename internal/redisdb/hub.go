@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +64,8 @@ type Hub struct {
 	orphans    map[string]bool
 	slotsMoved chan struct{}
 	slotsKnown atomic.Bool // the slot watch has loaded the slot map once
+
+	beatNow chan struct{} // asks beat for a beat at once (see postCache)
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -101,18 +105,57 @@ func NewHub(db *DB) *Hub {
 		connOf:       make(map[string]*hubConn),
 		orphans:      make(map[string]bool),
 		slotsMoved:   make(chan struct{}, 1),
+		beatNow:      make(chan struct{}, 1),
 	}
 	// Subscribing does not wait for Redis: the connections' writers
 	// send the commands, the confirmations arrive through their readers,
 	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
 	if db.cache != nil {
+		h.wg.Add(1)
+		go h.beat()
 		if client := idsClient(db.client); client != nil {
 			h.wg.Add(1)
 			go h.watchIDs(client)
 		}
 	}
 	return h
+}
+
+// beat publishes the hub's beat on postsGoneChannel every cacheBeatEvery,
+// and at once when a connection is confirmed there, so that the post
+// cache is used from then on without waiting for the next (see postCache).
+// A beat that fails is not retried: the next one is due soon, and until
+// one comes back the cache is not used.
+func (h *Hub) beat() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.db.cache.beatEvery)
+	defer t.Stop()
+	for {
+		msg := beatPrefix + h.id + " " + strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := h.db.client.Publish(h.ctx, postsGoneChannel, msg).Err(); err != nil && h.ctx.Err() == nil {
+			h.db.log.Debug("post cache beat", "err", err)
+		}
+		select {
+		case <-t.C:
+		case <-h.beatNow:
+		case <-h.done:
+			return
+		}
+	}
+}
+
+// heardBeat hands a beat's time to the post cache if the beat is this
+// hub's: "<hub id> <sent, Unix ns>". Other processes' beats are of no use
+// here, since their times are on other clocks.
+func (h *Hub) heardBeat(beat string) {
+	id, sent, _ := strings.Cut(beat, " ")
+	if id != h.id {
+		return
+	}
+	if ns, err := strconv.ParseInt(sent, 10, 64); err == nil {
+		h.db.cache.heardBeat(ns)
+	}
 }
 
 // Close ends every subscription (their channels close), cancels the
@@ -306,7 +349,11 @@ func (h *Hub) read(c *hubConn, msgs <-chan any) {
 				continue
 			}
 			if m.Channel == postsGoneChannel {
-				h.db.cache.drop(m.Payload)
+				if beat, ok := strings.CutPrefix(m.Payload, beatPrefix); ok {
+					h.heardBeat(beat)
+				} else {
+					h.db.cache.drop(m.Payload)
+				}
 				continue
 			}
 			h.mu.Lock()

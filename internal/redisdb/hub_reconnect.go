@@ -68,6 +68,10 @@ func (h *Hub) confirmed(c *hubConn, m *redis.Subscription) {
 		h.mu.Unlock()
 		if subscribe {
 			h.db.cache.subscribed(first)
+			select {
+			case h.beatNow <- struct{}{}:
+			default:
+			}
 		}
 		return
 	}

@@ -18,13 +18,33 @@ import (
 // hours of a busy home timeline's posts, some tens of MB at most.
 const DefaultPostCacheSize = 50_000
 
-// postCacheMaxAge bounds how long an entry is served from the cache. An
-// entry can only go stale when its post is deleted and the invalidation
-// does not arrive: a pub/sub connection that died without a word is
-// noticed by go-redis's health check or the kernel in seconds to minutes,
-// and until it reconnects (which empties the cache) the deletes meanwhile
-// are not heard. This is the bound on that.
+// postCacheMaxAge bounds how long an entry is served from the cache
+// whatever the hub hears. An entry can only go stale when its post is
+// deleted and the invalidation does not arrive; the beats (below) stop
+// the cache within seconds when a connection goes silent, and this is the
+// last bound, for what they cannot see (a cluster's bus lagging behind).
 const postCacheMaxAge = time.Minute
+
+// A hub proves that it still hears postsGoneChannel by hearing its own
+// beats there: every cacheBeatEvery it publishes one, with the time it
+// sent it, and the cache is used only while the last of its beats to come
+// back was sent within cacheHeardFor beats. A connection can die without a
+// word (a network partition sends no reset), and go-redis's health check
+// only writes a PING, which a dead connection takes for minutes without an
+// error; the beats put a few seconds on what such a connection can cost.
+// On one Redis the bound is exact: a delete published before a beat is
+// delivered before it on every connection. On a cluster, where a classic
+// message travels to the other nodes over the cluster bus and a beat may
+// be published on another node than the delete, it holds as long as the
+// bus does not lag by seconds between two nodes that both answer.
+const (
+	cacheBeatEvery = 2 * time.Second
+	cacheHeardFor  = 3
+)
+
+// beatPrefix starts a beat's message on postsGoneChannel: "beat <hub id>
+// <sent, Unix ns>". No post id has a space in it.
+const beatPrefix = "beat "
 
 // postCache is a process's cache of what never changes in a post (its
 // body, its time, its author) and in a user (their username, display name
@@ -52,11 +72,14 @@ type postCache struct {
 	posts *simplelru.LRU[string, cachedPost]
 	users *simplelru.LRU[string, cachedUser]
 
-	gen  atomic.Uint64 // drops and clears so far
-	live atomic.Int32  // hub connections subscribed to postsGoneChannel
+	gen   atomic.Uint64 // drops and clears so far
+	live  atomic.Int32  // hub connections subscribed to postsGoneChannel
+	heard atomic.Int64  // when the last own beat to come back was sent, Unix ns
 	// ids are the user and post id counters as a hub last read them
 	// (see Hub.watchIDs).
 	ids [2]atomic.Int64
+
+	beatEvery time.Duration // cacheBeatEvery, shorter in tests
 
 	// count, if set, is told of each lookup's hits and misses, and of
 	// each clear, for metrics.
@@ -82,16 +105,36 @@ func newPostCache(size int, count func(hits, misses, clears int)) *postCache {
 	}
 	posts, _ := simplelru.NewLRU[string, cachedPost](size, nil)
 	users, _ := simplelru.NewLRU[string, cachedUser](size, nil)
-	return &postCache{posts: posts, users: users, count: count}
+	return &postCache{posts: posts, users: users, count: count, beatEvery: cacheBeatEvery}
 }
 
 // start returns the generation a read begins at, and false when the cache
 // is not to be used now (none, or the hub is not subscribed).
 func (c *postCache) start() (uint64, bool) {
-	if c == nil || c.live.Load() == 0 {
+	if !c.usable() {
 		return 0, false
 	}
 	return c.gen.Load(), true
+}
+
+// usable reports whether the cache may be read and filled now: a hub
+// connection is subscribed to postsGoneChannel, and one of the hub's beats
+// came back recently enough to show that the deletes get through.
+func (c *postCache) usable() bool {
+	return c != nil && c.live.Load() > 0 && time.Since(time.Unix(0, c.heard.Load())) <= cacheHeardFor*c.beatEvery
+}
+
+// heardBeat records that a beat sent at sent (Unix ns) came back.
+func (c *postCache) heardBeat(sent int64) {
+	if c == nil {
+		return
+	}
+	for {
+		last := c.heard.Load()
+		if sent <= last || c.heard.CompareAndSwap(last, sent) {
+			return
+		}
+	}
 }
 
 // lookup fills in posts[i], for each entry i without its post, with the
@@ -134,7 +177,7 @@ func (c *postCache) lookup(entries []feedEntry, authorOf []int, posts []cachedPo
 func (c *postCache) put(gen uint64, posts []*warble.Post, users []*warble.User, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen.Load() != gen || c.live.Load() == 0 {
+	if c.gen.Load() != gen || !c.usable() {
 		return
 	}
 	for _, p := range posts {

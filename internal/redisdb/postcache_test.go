@@ -1,6 +1,7 @@
 package redisdb
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"slices"
@@ -35,6 +36,16 @@ func waitCacheLive(t testing.TB, db *DB) {
 // process would have, with its hub; dial, if set, is the client's dialer.
 func processDB(t testing.TB, srv *redistest.Server, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *DB {
 	t.Helper()
+	db := NewDB(processClient(t, srv, dial), Options{BcryptCost: bcrypt.MinCost})
+	newTestHub(t, db)
+	waitCacheLive(t, db)
+	return db
+}
+
+// processClient returns a client of its own of srv, as another process
+// would have; dial, if set, is its dialer.
+func processClient(t testing.TB, srv *redistest.Server, dial func(ctx context.Context, network, addr string) (net.Conn, error)) redis.UniversalClient {
+	t.Helper()
 	var client redis.UniversalClient
 	if o := srv.ClusterOptions(); o != nil {
 		o.Dialer = dial
@@ -52,10 +63,7 @@ func processDB(t testing.TB, srv *redistest.Server, dial func(ctx context.Contex
 		t.Cleanup(func() { c.Close() })
 		client = c
 	}
-	db := NewDB(client, Options{BcryptCost: bcrypt.MinCost})
-	newTestHub(t, db)
-	waitCacheLive(t, db)
-	return db
+	return client
 }
 
 // samePosts fails t unless got and want are the same posts with the same
@@ -428,6 +436,100 @@ func TestPostCacheDeleteArchived(t *testing.T) {
 		_, err := inB.FindPostByID(ctx, p.ID)
 		return warble.ErrorCode(err) == warble.ENOTFOUND
 	})
+}
+
+// TestPostCacheNeedsItsBeats: a process whose pub/sub connection goes
+// silent without a reset (a network partition: what it writes is lost, and
+// nothing comes back) stops using its cache within a few beats, so that a
+// post deleted meanwhile is not served from it for long.
+func TestPostCacheNeedsItsBeats(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.New(t)
+	a := processDB(t, srv, nil)
+	requireRealRedis(t, a)
+	hole := new(blackhole)
+	b := NewDB(processClient(t, srv, hole.dial), Options{BcryptCost: bcrypt.MinCost})
+	b.cache.beatEvery = 50 * time.Millisecond
+	newTestHub(t, b)
+	waitCacheLive(t, b)
+	ada := mustSignup(t, a, "ada")
+	p := mustCreatePost(t, a, ada.ID, "goes")
+	inB := NewPostService(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	reads := postReads(b)
+	if _, err := inB.FindPostByID(ctx, p.ID); err != nil || reads.Load() != 0 {
+		t.Fatalf("B's second read = %v with %d HMGETs: the post was not cached, and this test could not fail", err, reads.Load())
+	}
+
+	hole.swallow(true)
+	t.Cleanup(func() { hole.swallow(false) })
+	gen := b.cache.gen.Load()
+	if err := NewPostService(a).DeletePost(ctx, ada.ID, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Well within postCacheMaxAge, the other bound.
+	deadline := time.Now().Add(20 * b.cache.beatEvery * cacheHeardFor)
+	for {
+		got, err := inB.FindPostByID(ctx, p.ID)
+		if warble.ErrorCode(err) == warble.ENOTFOUND {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B still serves %v from its cache %s after its delete, with its pub/sub connection silent", got, 20*b.cache.beatEvery*cacheHeardFor)
+		}
+		time.Sleep(b.cache.beatEvery / 5)
+	}
+	if b.cache.gen.Load() != gen {
+		t.Fatal("B heard of the delete: its connection was not silent, and this test proves nothing")
+	}
+}
+
+// blackhole wraps the pub/sub connections it dials (those that send a
+// SUBSCRIBE) so that, while swallowing, what they write is dropped and
+// nothing is read: a connection cut without a reset.
+type blackhole struct{ on atomic.Bool }
+
+func (h *blackhole) swallow(on bool) { h.on.Store(on) }
+
+func (h *blackhole) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &holeConn{Conn: c, hole: h}, nil
+}
+
+type holeConn struct {
+	net.Conn
+	hole   *blackhole
+	pubsub atomic.Bool
+}
+
+func (c *holeConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("subscribe")) {
+		c.pubsub.Store(true)
+	}
+	if c.pubsub.Load() && c.hole.on.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// Read drops what arrives while swallowing, a read already waiting
+// included; the connection's stream is broken after that, as after a
+// partition, and go-redis reconnects once it reads on.
+func (c *holeConn) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		if err != nil || !c.pubsub.Load() || !c.hole.on.Load() {
+			return n, err
+		}
+	}
 }
 
 // TestPostCacheDataLost: Redis emptied under running processes (FLUSHALL
