@@ -221,24 +221,18 @@ func (c *postCache) clear() {
 // confirmed on postsGoneChannel, for the first time or again after a
 // reconnect: deletes announced while it was not may have been missed, so
 // the cache starts empty. first is true for a connection's first. A
-// connection opened while another one was subscribed (on a cluster, for a
-// channel on a master that the hub had no connection to) missed nothing:
-// every delete is broadcast to every node, and the other one heard it, or
-// empties the cache when it is confirmed again.
+// connection opened while the cache is usable (on a cluster, for a channel
+// on a master that the hub had no connection to) missed nothing: every
+// delete is broadcast to every node, and another connection heard it, as
+// its beats coming back show. One that only counts in live may have died
+// without a word, and the cache is emptied then.
 func (c *postCache) subscribed(first bool) {
 	if c == nil {
 		return
 	}
-	if first {
-		for {
-			n := c.live.Load()
-			if n <= 0 {
-				break
-			}
-			if c.live.CompareAndSwap(n, n+1) {
-				return
-			}
-		}
+	if first && c.usable() {
+		c.live.Add(1)
+		return
 	}
 	c.clear()
 	if first {
