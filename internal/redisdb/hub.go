@@ -66,6 +66,9 @@ type Hub struct {
 	slotsKnown atomic.Bool // the slot watch has loaded the slot map once
 
 	beatNow chan struct{} // asks beat for a beat at once (see postCache)
+	// own is the hub's client for its beats and watchIDs (see
+	// ownClient), closed by Close; nil without a post cache.
+	own redis.UniversalClient
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -112,12 +115,10 @@ func NewHub(db *DB) *Hub {
 	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
 	if db.cache != nil {
-		h.wg.Add(1)
+		h.own = ownClient(db.client)
+		h.wg.Add(2)
 		go h.beat()
-		if client := idsClient(db.client); client != nil {
-			h.wg.Add(1)
-			go h.watchIDs(client)
-		}
+		go h.watchIDs()
 	}
 	return h
 }
@@ -133,7 +134,7 @@ func (h *Hub) beat() {
 	defer t.Stop()
 	for {
 		msg := beatPrefix + h.id + " " + strconv.FormatInt(time.Now().UnixNano(), 10)
-		if err := h.db.client.Publish(h.ctx, postsGoneChannel, msg).Err(); err != nil && h.ctx.Err() == nil {
+		if err := h.own.Publish(h.ctx, postsGoneChannel, msg).Err(); err != nil && h.ctx.Err() == nil {
 			h.db.log.Debug("post cache beat", "err", err)
 		}
 		select {
@@ -209,6 +210,9 @@ func (h *Hub) Close() error {
 	}
 	h.mu.Unlock()
 	h.wg.Wait()
+	if h.own != nil && h.own != h.db.client {
+		h.own.Close()
+	}
 	return nil
 }
 

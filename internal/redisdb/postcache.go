@@ -292,11 +292,9 @@ const idCheckEvery = time.Second
 // again, and an entry cached for an old post or user would be served for
 // the new one until postCacheMaxAge. A loss that the counters grow back
 // over within idCheckEvery goes unseen here; the maximum age bounds that.
-//
-// client is the hub's own (see idsClient), closed when the watch ends.
-func (h *Hub) watchIDs(client redis.UniversalClient) {
+func (h *Hub) watchIDs() {
 	defer h.wg.Done()
-	defer client.Close()
+	client := h.own
 	tick := time.NewTicker(idCheckEvery)
 	defer tick.Stop()
 	keys := [2]string{userSeqKey, postSeqKey}
@@ -338,11 +336,12 @@ func (h *Hub) watchIDs(client redis.UniversalClient) {
 	}
 }
 
-// idsClient returns a client of the hub's own for watchIDs, with the
-// connection settings of the DB's, or nil for a kind of client it cannot
-// copy: its reads every idCheckEvery stay out of the DB client's pool and
-// hooks, where they would count as a request's round trips.
-func idsClient(c redis.UniversalClient) redis.UniversalClient {
+// ownClient returns a client of the hub's own for its beats and
+// watchIDs, with the connection settings of c, or c itself for a kind of
+// client it cannot copy: their commands, every few seconds, stay out of
+// the DB client's pool and hooks, where they would count as a request's
+// round trips.
+func ownClient(c redis.UniversalClient) redis.UniversalClient {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
 		o := c.Options()
@@ -385,5 +384,5 @@ func idsClient(c redis.UniversalClient) redis.UniversalClient {
 			PoolSize:        1,
 		})
 	}
-	return nil
+	return c
 }
