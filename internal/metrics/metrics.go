@@ -94,7 +94,7 @@ func New() *Metrics {
 		Namespace: "warble",
 		Subsystem: "post_cache",
 		Name:      "clears_total",
-		Help:      "Times the post cache was emptied: each (re)subscription of its pub/sub channel, since deletes may have been missed.",
+		Help:      "Times the post cache was emptied: each (re)subscription of its pub/sub channel, since deletes may have been missed, and each time Redis's id counters went back, since Redis lost data.",
 	})
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
