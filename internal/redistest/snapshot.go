@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -25,6 +26,12 @@ func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
 	for _, k := range keys {
 		var v any
 		typ, err := c.Type(ctx, k).Result()
+		if typ == "none" {
+			// Deleted since it was listed, by a fan-out worker or the
+			// like at work meanwhile (the reads are not one step): it is
+			// not there.
+			continue
+		}
 		if err == nil {
 			switch typ {
 			case "string":
@@ -45,6 +52,9 @@ func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
 			default:
 				err = fmt.Errorf("unexpected type %s", typ)
 			}
+		}
+		if errors.Is(err, redis.Nil) {
+			continue // deleted between its TYPE and its read
 		}
 		if err != nil {
 			tb.Fatalf("snapshot of %s: %v", k, err)
