@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -477,9 +478,13 @@ return 1
 // post nor announces it twice.
 //
 // fanOutDepth batches are in flight at a time, so that Redis works through
-// one while this process reads the followers of the next and writes its
-// commands. The position saved after a batch is where the next one starts,
-// so a resumed job repeats at most the batches that were in flight.
+// one while this process writes the commands of the next. The followers
+// are walked ahead of them, on a goroutine of their own (walkAhead), and a
+// batch's position is saved while the next batch goes out, so that neither
+// round trip stands between a batch done and the next one sent. The
+// position saved after a batch is where the next one starts, saved only
+// once its check has answered and after the position before it, so a
+// resumed job repeats at most the batches that were in flight.
 //
 // It stops, and takes the post back off the batches it delivered, once the
 // post is deleted: a delete raced this fan-out, and its own job may
@@ -841,50 +846,105 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 
 	start := time.Now()
 	var reached, delivered, batches int
-	var queue []*inFlight // oldest first
-	pos, walked := from, false
+	var queue []*inFlight      // oldest first
+	pos, walked := from, false // walked: the last batch is sent
+	// saving is the cursor's save in flight: it runs while the next batch
+	// goes out and the job waits for the oldest, one save at a time, in
+	// the order of the batches; waitSave returns its answer.
+	var saving chan error
+	waitSave := func() error {
+		if saving == nil {
+			return nil
+		}
+		err := <-saving
+		saving = nil
+		return err
+	}
 	// settle waits for every batch still in flight and undoes those whose
-	// own check found the post gone, so that no delivery of this job lands
-	// after it returns, nor stays where it must not.
+	// own check found the post gone, and for the save in flight, so that
+	// no delivery of this job lands after it returns, nor stays where it
+	// must not.
 	settle := func(err error) error {
 		for _, b := range queue {
 			if r := <-b.done; r.gone && r.err == nil && err == nil {
 				err = undo(b.followers)
 			}
 		}
+		if serr := waitSave(); err == nil {
+			err = serr
+		}
 		return err
 	}
+	// chunk is a batch walked and not yet sent, or the walk's error.
+	type chunk struct {
+		followers []string
+		next      followerCursor
+		last      bool
+		h0        string
+		readAt    time.Time
+		err       error
+	}
+	// walk reads the batch at pos, the first step's first if it read one.
+	walk := func() chunk {
+		c := chunk{readAt: time.Now()}
+		if first != nil {
+			c.followers, c.next, c.last = first.followers, first.next, first.last
+			if raw {
+				c.h0 = first.h0
+			}
+			first = nil
+		} else if raw {
+			wl := &walkLog{authorID: authorID}
+			c.followers, c.next, c.last, c.err = db.followerChunkLogged(ctx, authorID, pos, batch, wl)
+			if wl.state == (followerState{}) {
+				c.h0 = wl.last // "" for a chunk of buckets
+			}
+		} else {
+			c.followers, c.next, c.last, c.err = db.followerChunk(ctx, authorID, pos, batch)
+		}
+		if c.err == nil && c.h0 != "" && db.rawStep != nil {
+			db.rawStep("walked", c.followers)
+		}
+		pos = c.next
+		return c
+	}
+	// The walk runs ahead of the deliveries, on a goroutine of its own,
+	// up to walkAhead batches and the one it is walking: a walk waits in
+	// Redis's queue behind the batches in flight, and this way the batch
+	// it reads is there the moment one of them is done.
+	chunks := make(chan chunk, walkAhead)
+	stop := make(chan struct{})
+	var walker sync.WaitGroup
+	walker.Add(1)
+	go func() {
+		defer walker.Done()
+		for {
+			c := walk()
+			select {
+			case chunks <- c:
+			case <-stop:
+				return
+			}
+			if c.err != nil || c.last {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		walker.Wait()
+	}()
 	for {
 		for len(queue) < fanOutDepth && !walked {
-			var followers []string
-			var next followerCursor
-			var last bool
-			h0, readAt := "", time.Now()
-			if first != nil {
-				followers, next, last = first.followers, first.next, first.last
-				if raw {
-					h0 = first.h0
-				}
-				first = nil
-			} else if raw {
-				wl := &walkLog{authorID: authorID}
-				if followers, next, last, err = db.followerChunkLogged(ctx, authorID, pos, batch, wl); err != nil {
-					return settle(err)
-				}
-				if wl.state == (followerState{}) {
-					h0 = wl.last // "" for a chunk of buckets
-				}
-			} else if followers, next, last, err = db.followerChunk(ctx, authorID, pos, batch); err != nil {
-				return settle(err)
+			c := <-chunks
+			if c.err != nil {
+				return settle(c.err)
 			}
-			if h0 != "" && db.rawStep != nil {
-				db.rawStep("walked", followers)
-			}
-			if next.buckets > 0 {
+			if c.next.buckets > 0 {
 				checking = false // the walk went on in buckets
 			}
-			queue = append(queue, deliver(followers, next, last, last && len(queue) == 0, h0, readAt, checking))
-			pos, walked = next, last
+			queue = append(queue, deliver(c.followers, c.next, c.last, c.last && len(queue) == 0, c.h0, c.readAt, checking))
+			walked = c.last
 		}
 		cur := queue[0]
 		queue = queue[1:]
@@ -907,6 +967,10 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			}
 		}
 		if cur.last {
+			// No save may land after the job's end, which drops its cursor.
+			if err := waitSave(); err != nil {
+				return err
+			}
 			if r.finished {
 				end.finished = true
 			} else if cur.unmarks {
@@ -942,9 +1006,13 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 			db.log.InfoContext(ctx, "fan-out progress", "post", postID, "followers", reached,
 				"delivered", delivered, "took", time.Since(start).Round(time.Millisecond))
 		}
-		if err := save(cur.next); err != nil {
+		// The cursor moves past this batch while the next batch goes out:
+		// its round trip no longer stands between the two.
+		if err := waitSave(); err != nil {
 			return settle(err)
 		}
+		saving = make(chan error, 1)
+		go func(next followerCursor) { saving <- save(next) }(cur.next)
 	}
 }
 
@@ -1181,6 +1249,17 @@ func (db *DB) deletedPost(ctx context.Context, authorID, postID string) (bool, e
 // small authors' createPost p99 during a 100,000-follower fan-out rose
 // 1.6× (BENCHMARKS.md, -fanout-busy).
 const fanOutDepth = 3
+
+// walkAhead is how many batches of followers a fan-out job walks ahead of
+// those it has sent, besides the one it is walking. A walk sent while
+// fanOutDepth batches are in flight waits in Redis's queue behind their
+// adds, up to a millisecond; walked in the job's loop, between a batch
+// done and the next sent, it left Redis idle for that long at every batch.
+// Ahead, with the cursor's save off that path too, a job to 10,000
+// followers took 16.6–21.4 ms from the request against 22.7–34.0, and
+// one to 100,000 180–205 ms against 210–223 (BENCHMARKS.md, Fan-out,
+// eighth round).
+const walkAhead = 1
 
 // progressEvery is how many batches a fan-out runs between progress logs.
 const progressEvery = 20

@@ -615,3 +615,47 @@ func TestRawTrimIsFNV1a(t *testing.T) {
 		t.Fatalf("rawTrim chose %d trims of 2000, want about %d", trims, 2000/rawTrimEvery)
 	}
 }
+
+// TestFanOutWalksAhead: while fanOutDepth batches are in flight, the job
+// walks the next ones already (walkAhead of them, and one more that waits
+// to be sent), so that a batch goes out the moment one in flight is done;
+// and it walks no further than that. Every follower gets the post once the
+// batches go on.
+func TestFanOutWalksAhead(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	var walked atomic.Int32
+	release := make(chan struct{})
+	db.rawStep = func(stage string, _ []string) {
+		switch stage {
+		case "walked":
+			walked.Add(1)
+		case "seen":
+			<-release // every batch waits before its adds
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		// 601 followers, 50 a batch: 13 batches.
+		done <- db.fanOutJob(ctx, s.ada, s.seq, s.postID, startCursor, 50, noSave, s.end)
+	}()
+	want := int32(fanOutDepth + walkAhead + 1)
+	for deadline := time.Now().Add(10 * time.Second); walked.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // room to walk too far, if it would
+	if n := walked.Load(); n != want {
+		t.Errorf("with %d batches in flight and none done, the job walked %d batches; want %d", fanOutDepth, n, want)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	db.rawStep = nil
+	for _, f := range append(s.followers, s.fred) {
+		if !s.holds(t, f) {
+			t.Fatalf("follower %s lacks the post after the job", f)
+		}
+	}
+}
