@@ -864,13 +864,22 @@ func (db *DB) fanOutJob(ctx context.Context, authorID string, seq int64, postID 
 	// own check found the post gone, and for the save in flight, so that
 	// no delivery of this job lands after it returns, nor stays where it
 	// must not.
+	//
+	// A job taken over (errLostJob) undoes them too: this worker learns of
+	// it from a save that ran while the next batch went out, so that batch
+	// may land after the new owner, finding the post deleted, undid every
+	// follower from the cursor on. The job stays lost all the same.
 	settle := func(err error) error {
+		serr := waitSave()
+		undoing := err == nil || errors.Is(err, errLostJob) || errors.Is(serr, errLostJob)
 		for _, b := range queue {
-			if r := <-b.done; r.gone && r.err == nil && err == nil {
-				err = undo(b.followers)
+			if r := <-b.done; r.gone && r.err == nil && undoing {
+				if uerr := undo(b.followers); uerr != nil {
+					err, undoing = uerr, false
+				}
 			}
 		}
-		if serr := waitSave(); err == nil {
+		if err == nil {
 			err = serr
 		}
 		return err

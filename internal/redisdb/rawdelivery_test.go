@@ -659,3 +659,58 @@ func TestFanOutWalksAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestFanOutLostJobUndoesItsLateBatches: a worker learns that another took
+// its job over only from a save that fails, and the next batch has gone out
+// by then; the new owner, finding the post deleted, has already undone from
+// the cursor on. Whatever of this worker's batches lands after that undo
+// finds the post gone, and this worker takes it back off itself: else the
+// deleted post stays in those timelines.
+func TestFanOutLostJobUndoesItsLateBatches(t *testing.T) {
+	ctx := context.Background()
+	s := newRawSetup(t, Options{})
+	db := s.db
+	everyone := append(slices.Clone(s.followers), s.fred)
+	// The save after the first batch meets the job taken over: the post was
+	// deleted meanwhile and the new owner undid every follower.
+	taken := make(chan struct{})
+	var saves atomic.Int32
+	save := func(followerCursor) error {
+		if saves.Add(1) == 1 {
+			if err := NewPostService(db).DeletePost(ctx, s.ada, s.postID); err != nil {
+				t.Error(err)
+			}
+			if err := db.undeliver(ctx, everyone, s.seq, s.postID); err != nil {
+				t.Error(err)
+			}
+			close(taken)
+		}
+		return errLostJob
+	}
+	// A batch that goes out once the first is done waits for the takeover
+	// before its adds, so that they land after the new owner's undo.
+	var seen atomic.Int32
+	db.rawStep = func(stage string, _ []string) {
+		if stage == "seen" && seen.Add(1) > fanOutDepth {
+			select {
+			case <-taken:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	// 601 followers, 50 a batch: 13 batches.
+	err := db.fanOutJob(ctx, s.ada, s.seq, s.postID, startCursor, 50, save, s.end)
+	db.rawStep = nil
+	if !errors.Is(err, errLostJob) {
+		t.Fatalf("fanOutJob = %v, want errLostJob", err)
+	}
+	var stale []string
+	for _, f := range everyone {
+		if s.holds(t, f) {
+			stale = append(stale, f)
+		}
+	}
+	if len(stale) > 0 {
+		t.Errorf("%d followers hold the deleted post after the job was lost, %s the first", len(stale), stale[0])
+	}
+}
