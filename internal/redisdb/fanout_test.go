@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -887,5 +888,92 @@ func TestWalkedJobPath(t *testing.T) {
 				t.Error("the post still waits for its fan-out")
 			}
 		})
+	}
+}
+
+// TestFanOutLostJobUndoesItsLateBatchesGuarded is
+// TestFanOutLostJobUndoesItsLateBatches for batches delivered by the
+// guarded scripts, as on a Redis Cluster: a batch that goes out once the
+// save that meets the job taken over has begun lands after the new owner's
+// undo, finds the post deleted, and the worker takes it back off itself.
+func TestFanOutLostJobUndoesItsLateBatchesGuarded(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	ada := mustSignup(t, db, "ada").ID
+	followers := manyFollowers(t, db, ada, 600)
+	p, err := NewPostService(db).CreatePost(ctx, ada, "to many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The save after the first batch meets the job taken over: the post
+	// was deleted meanwhile and the new owner undid every follower. Its
+	// commands pass the gate below.
+	owner := context.WithValue(ctx, newOwnerKey{}, true)
+	taken := make(chan struct{})
+	var saves atomic.Int32
+	save := func(followerCursor) error {
+		if saves.Add(1) == 1 {
+			if err := NewPostService(db).DeletePost(owner, ada, p.ID); err != nil {
+				t.Error(err)
+			}
+			if err := db.undeliver(owner, followers, p.Seq, p.ID); err != nil {
+				t.Error(err)
+			}
+			close(taken)
+		}
+		return errLostJob
+	}
+	// The batches after the first fanOutDepth go out once the first is
+	// done, with its save: they wait for the takeover before their adds.
+	late := make(map[string]bool)
+	for _, f := range followers[fanOutDepth*50:] {
+		late[homeKey(f)] = true
+	}
+	db.client.AddHook(&deliveryGate{late: late, wait: func(ctx context.Context) {
+		if ctx.Value(newOwnerKey{}) == nil {
+			select {
+			case <-taken:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}})
+	// 600 followers, 50 a batch, delivered by the guarded scripts (no job
+	// end: see mayRaw).
+	if err := db.fanOut(ctx, ada, p.Seq, p.ID, startCursor, 50, save); !errors.Is(err, errLostJob) {
+		t.Fatalf("fanOut = %v, want errLostJob", err)
+	}
+	if n := holding(t, db, followers, p.ID); n != 0 {
+		t.Errorf("%d followers hold the deleted post after the job was lost", n)
+	}
+}
+
+type newOwnerKey struct{}
+
+// deliveryGate calls wait, with the pipeline's context, before every
+// pipeline that writes one of the home timelines late.
+type deliveryGate struct {
+	late map[string]bool
+	wait func(ctx context.Context)
+}
+
+func (h *deliveryGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *deliveryGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *deliveryGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if slices.ContainsFunc(cmd.Args(), func(a any) bool {
+				switch a := a.(type) {
+				case string:
+					return h.late[a]
+				case *string: // deliverBatchArgs
+					return h.late[*a]
+				}
+				return false
+			}) {
+				h.wait(ctx)
+				break
+			}
+		}
+		return next(ctx, cmds)
 	}
 }
