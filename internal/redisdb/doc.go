@@ -173,8 +173,11 @@
 // or after the job's saved cursor (the cursor moves past a batch only once
 // its check is answered, see fanOut) and whoever resumes the job checks
 // and undoes every follower from the cursor on (and the global timeline,
-// for a job that had not got past its start). So the post ends in no
-// timeline, whatever the order.
+// for a job that had not got past its start). A worker that stalled and
+// lost its job to another lives on: it learns of the loss from a save that
+// ran while its next batch went out, which may then land after the new
+// owner's undo, so it too undoes every batch whose check found the post
+// gone. So the post ends in no timeline, whatever the order.
 //
 // With an archive, a hash also goes when the mover takes the post, which
 // is not a delete. The mover leaves a post in Redis while its job has not
