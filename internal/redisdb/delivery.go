@@ -1051,14 +1051,18 @@ func (db *DB) rawJob(followers int64, batch int) bool {
 }
 
 // carriedFollowers is how many followers, at most, a post's job carries
-// from CreatePost (createPostOneRedisScript): one deliverBatchScript call's
-// worth, and none past the pull threshold, whose authors' jobs decide
-// between push and pull.
+// from CreatePost (createPostOneRedisScript): fewer than rawMinFollowers,
+// from which a walked job of a known-good followers side delivers raw, at
+// about half of the guarded script's cost to Redis per follower, and none
+// past the pull threshold, whose authors' jobs decide between push and
+// pull. Against carrying up to deliverBatch (250), small authors'
+// createPost p99 at 16 in flight was lower in four pairs of five, its
+// median 9.69 ms against 10.7 (BENCHMARKS.md, "Fewer followers carried").
 func (db *DB) carriedFollowers() int {
 	if db.opts.PullThreshold >= 0 {
-		return min(deliverBatch, db.opts.PullThreshold)
+		return min(rawMinFollowers-1, db.opts.PullThreshold)
 	}
-	return deliverBatch
+	return rawMinFollowers - 1
 }
 
 // fanOutCarried runs jobs that carry their authors' followers, read in

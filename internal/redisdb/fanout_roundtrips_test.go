@@ -512,9 +512,9 @@ func (l *pipelineLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // TestCreatePostCarriesFewFollowers: on one Redis, the job that CreatePost
 // queues carries the author's followers, in the order a walk reads them,
-// when they are few enough for one delivery call and the pull threshold,
-// and in the one followers set; else it carries nothing and its worker
-// walks them.
+// when they are fewer than a walked job delivers raw to (carriedFollowers),
+// within the pull threshold and in the one followers set; else it carries
+// nothing and its worker walks them.
 func TestCreatePostCarriesFewFollowers(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
@@ -525,8 +525,8 @@ func TestCreatePostCarriesFewFollowers(t *testing.T) {
 	}{
 		{name: "Few", followers: 20, wantCarried: true},
 		{name: "None", followers: 0, wantCarried: true},
-		{name: "OneCall", followers: deliverBatch, wantCarried: true},
-		{name: "MoreThanOneCall", followers: deliverBatch + 1},
+		{name: "BelowRaw", followers: rawMinFollowers - 1, wantCarried: true},
+		{name: "Raw", followers: rawMinFollowers}, // a walked job delivers raw from here on
 		{name: "PastPullThreshold", followers: 20, pullThreshold: 19},
 		{name: "AtPullThreshold", followers: 20, pullThreshold: 20, wantCarried: true},
 		{name: "InBuckets", followers: 20, buckets: true},

@@ -836,7 +836,7 @@ func TestWalkedJobPath(t *testing.T) {
 		carried   bool // the job carries the followers, as CreatePost queues it
 		wantRaw   int  // raw batches of the job, on one Redis
 	}{
-		{name: "Carried", followers: deliverBatch, carried: true},
+		{name: "Carried", followers: rawMinFollowers - 1, carried: true}, // the most a job carries
 		{name: "OneBatchBelowLine", followers: rawMinFollowers - 1},
 		{name: "OneBatchAtLine", followers: rawMinFollowers, wantRaw: 1},
 		{name: "OneBatch", followers: 600, wantRaw: 1},

@@ -132,7 +132,7 @@ func BenchmarkSmallPost(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkWalkedJob -cpu 2 ./internal/redisdb
 func BenchmarkWalkedJob(b *testing.B) {
 	ctx := context.Background()
-	carriedUpTo := min(deliverBatch, DefaultPullThreshold) // carriedFollowers
+	carriedUpTo := min(rawMinFollowers-1, DefaultPullThreshold) // carriedFollowers
 	for _, n := range []int{20, 100, 250, 300, 500, 1000, 2000, 4000} {
 		for _, path := range []string{"raw", "guarded", "carried"} {
 			if path == "carried" && n > carriedUpTo {
