@@ -66,9 +66,13 @@ type Hub struct {
 	slotsKnown atomic.Bool // the slot watch has loaded the slot map once
 
 	beatNow chan struct{} // asks beat for a beat at once (see postCache)
-	// own is the hub's client for its beats and watchIDs (see
-	// ownClient), closed by Close; nil without a post cache.
-	own redis.UniversalClient
+	// own is the hub's client for its beats and watchIDs, a
+	// dedicatedClient of one connection: their commands, every few
+	// seconds, stay out of the DB client's pool and hooks, where they
+	// would count as a request's round trips. closeOwn closes it; both are
+	// nil without a post cache.
+	own      redis.UniversalClient
+	closeOwn func()
 }
 
 var _ warble.LiveService = (*Hub)(nil)
@@ -115,7 +119,7 @@ func NewHub(db *DB) *Hub {
 	// and go-redis retries the subscriptions when it reconnects.
 	h.openConns()
 	if db.cache != nil {
-		h.own = ownClient(db.client)
+		h.own, h.closeOwn = dedicatedClient(db.client, 1)
 		h.wg.Add(2)
 		go h.beat()
 		go h.watchIDs()
@@ -210,8 +214,8 @@ func (h *Hub) Close() error {
 	}
 	h.mu.Unlock()
 	h.wg.Wait()
-	if h.own != nil && h.own != h.db.client {
-		h.own.Close()
+	if h.closeOwn != nil {
+		h.closeOwn()
 	}
 	return nil
 }

@@ -335,38 +335,3 @@ func (h *Hub) watchIDs() {
 		}
 	}
 }
-
-// ownClient returns a client of the hub's own for its beats and
-// watchIDs, with the connection settings of c (copied one by one, as
-// serverOptions says why), or c itself for a kind of client it cannot
-// copy: their commands, every few seconds, stay out of the DB client's
-// pool and hooks, where they would count as a request's round trips.
-func ownClient(c redis.UniversalClient) redis.UniversalClient {
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		o := c.Options()
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                      o.Addrs,
-			Dialer:                     o.Dialer,
-			Protocol:                   o.Protocol,
-			Username:                   o.Username,
-			Password:                   o.Password,
-			CredentialsProvider:        o.CredentialsProvider,
-			CredentialsProviderContext: o.CredentialsProviderContext,
-			ClientName:                 o.ClientName,
-			TLSConfig:                  o.TLSConfig,
-			DialTimeout:                o.DialTimeout,
-			DialerRetries:              o.DialerRetries,
-			ReadTimeout:                o.ReadTimeout,
-			WriteTimeout:               o.WriteTimeout,
-			PoolTimeout:                o.PoolTimeout,
-			MaxRetries:                 o.MaxRetries,
-			MinRetryBackoff:            o.MinRetryBackoff,
-			MaxRetryBackoff:            o.MaxRetryBackoff,
-			PoolSize:                   1,
-		})
-	case *redis.Client:
-		return redis.NewClient(serverOptions(c.Options(), 1))
-	}
-	return c
-}
