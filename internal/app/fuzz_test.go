@@ -72,32 +72,92 @@ func (fuzzTB) Logf(format string, args ...any) {
 	}
 }
 
+// newFuzzServer starts Warble for a fuzz target, with fuzzUser, who has
+// posted once, and fuzzOther, who follows them, and waits until nothing in
+// the background is left to write.
+//
+// The first fan-out worker backfills three indexes at its first pass, once
+// per database, and records each with a marker (see redisdb's
+// backfillOutboxIndex, backfillSeenIndex and backfillArchiveDue). A pass
+// that runs before there is data writes nothing and leaves the backfill to
+// a later start; one that runs while an input's exchange does would count
+// against that exchange, and a worker busy with another job can reach it
+// after the setup's jobs are done. So the setup runs on a Warble of its
+// own, and the fuzzed one starts on the Redis that the setup filled: its
+// first pass finds data and writes every marker, which newFuzzServer
+// waits for.
 func newFuzzServer(f *testing.F) *fuzzServer {
-	s := newTestServer(fuzzTB{f})
+	tb := fuzzTB{f}
+	rs := redistest.New(tb)
+	cfg := testConfig(tb)
+	setup := startTestServer(tb, rs, cfg, nil)
+	signup := func(name string) string {
+		var out struct{ Signup struct{ Token string } }
+		setup.mustQuery(f, "", `mutation($u: String!, $p: String!) { signup(input: {username: $u, password: $p}) { token } }`,
+			map[string]any{"u": name, "p": fuzzPassword}, &out)
+		return out.Signup.Token
+	}
+	token := signup(fuzzUser)
+	other := signup(fuzzOther)
+	var out json.RawMessage
+	setup.mustQuery(f, token, `mutation { createPost(input: {body: "hello from alice 🐦"}) { post { id } } }`, nil, &out)
+	var me struct{ Viewer struct{ ID string } }
+	setup.mustQuery(f, token, `{ viewer { id } }`, nil, &me)
+	setup.mustQuery(f, other, `mutation($id: ID!) { follow(input: {userId: $id}) { user { id } } }`,
+		map[string]any{"id": me.Viewer.ID}, &out)
 	fs := &fuzzServer{
-		testServer: s,
+		testServer: setup,
 		// A request that takes this long has hung: one takes about a
 		// millisecond. It is well under the 10s that Go's fuzzer allows
 		// one input before it declares the worker deadlocked.
 		client: &http.Client{Timeout: requestTimeout},
-		rdb:    s.redis.Client(f),
+		rdb:    rs.Client(f),
+		token:  token,
 	}
-	f.Cleanup(fs.client.CloseIdleConnections)
-	signup := func(name string) string {
-		var out struct{ Signup struct{ Token string } }
-		s.mustQuery(f, "", `mutation($u: String!, $p: String!) { signup(input: {username: $u, password: $p}) { token } }`,
-			map[string]any{"u": name, "p": fuzzPassword}, &out)
-		return out.Signup.Token
-	}
-	fs.token = signup(fuzzUser)
-	other := signup(fuzzOther)
-	var out json.RawMessage
-	s.mustQuery(f, fs.token, `mutation { createPost(input: {body: "hello from alice 🐦"}) { post { id } } }`, nil, &out)
-	var me struct{ Viewer struct{ ID string } }
-	s.mustQuery(f, fs.token, `{ viewer { id } }`, nil, &me)
-	s.mustQuery(f, other, `mutation($id: ID!) { follow(input: {userId: $id}) { user { id } } }`,
-		map[string]any{"id": me.Viewer.ID}, &out)
+	// The setup's jobs are done before its workers stop: a job that one
+	// held would wait for another worker to claim it.
 	fs.settle(f, fs.state(f), 30*time.Second) // outside the fuzz function: no 10s limit
+	setup.app.Close()                         // waits for its workers
+	fs.testServer = startTestServer(tb, rs, cfg, nil)
+	f.Cleanup(fs.client.CloseIdleConnections)
+	markers := []string{"w:{fanout}:outboxes:backfilled"}
+	if cfg.InactiveAfter >= 0 {
+		markers = append(markers, "w:{fanout}:seen:backfilled")
+	}
+	if cfg.Archive != nil {
+		markers = append(markers, "w:{fanout}:archive:due:backfilled")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, key := range markers {
+		for {
+			n, err := fs.rdb.Exists(context.Background(), key).Result()
+			if err != nil {
+				f.Fatalf("check the backfill's marker %s: %v", key, err)
+			} else if n == 1 {
+				break
+			} else if time.Now().After(deadline) {
+				f.Fatalf("the first fan-out worker has not written %s after 30s", key)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// This Warble records fuzzUser seen at their first request, and
+	// then not again for a while (see redisdb's Seen): their first request
+	// is not an input's.
+	fs.mustQuery(f, token, `{ viewer { id } }`, nil, &me)
+	// The record may land just after the answer: wait for three reads in a
+	// row to agree.
+	st := fs.settle(f, fs.state(f), 30*time.Second)
+	for same := 0; same < 2; {
+		time.Sleep(20 * time.Millisecond)
+		next := fs.settle(f, fs.state(f), 30*time.Second)
+		if next.digest == st.digest {
+			same++
+		} else {
+			same = 0
+		}
+		st = next
+	}
 	return fs
 }
 

@@ -279,7 +279,7 @@ func archiveDueKey(shard int) string { return prefix + fanoutTag(shard) + ":arch
 
 // archiveBackfillKey is a STRING holding when the due indexes were filled
 // from the posts sets that Warble had before its archive (unix ms), in
-// shard 0's slot: w:{fanout}:archive:backfilled. Written once per
+// shard 0's slot: w:{fanout}:archive:due:backfilled. Written once per
 // database, by the first mover (see backfillArchiveDue).
 var archiveBackfillKey = archiveDueKey(0) + ":backfilled"
 
