@@ -171,6 +171,9 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 	// row to agree.
 	st := fs.settle(f, fs.state(f), 30*time.Second)
 	for same := 0; same < 2; {
+		if time.Now().After(deadline) {
+			f.Fatal("Redis still changes with no request after 30s")
+		}
 		time.Sleep(20 * time.Millisecond)
 		next := fs.settle(f, fs.state(f), 30*time.Second)
 		if next.digest == st.digest {
