@@ -227,13 +227,14 @@ const (
 )
 
 // fingerprintScript digests every key but those, with its value (a
-// stream's length only) and whether it expires, and counts the persisted
-// queries and the entries of streams: one round trip however many keys
-// there are.
+// stream's length only) and whether it expires, each alone (so that a
+// failure can name the keys that changed) and all together, and counts the
+// persisted queries and the entries of streams: one round trip however
+// many keys there are.
 var fingerprintScript = redis.NewScript(`
 local keys = redis.call('KEYS', '*')
 table.sort(keys)
-local parts, apq, queued = {}, 0, 0
+local parts, each, apq, queued = {}, {}, 0, 0
 for _, k in ipairs(keys) do
   if string.sub(k, 1, #ARGV[2]) == ARGV[2] then
     apq = apq + 1
@@ -250,16 +251,42 @@ for _, k in ipairs(keys) do
       value = redis.call('DUMP', k)
     end
     parts[#parts + 1] = k .. '\0' .. expires .. '\0' .. value
+    each[#each + 1] = k
+    each[#each + 1] = redis.sha1hex(parts[#parts])
   end
 end
-return {redis.sha1hex(table.concat(parts, '\0')), apq, queued}
+return {redis.sha1hex(table.concat(parts, '\0')), apq, queued, each}
 `)
 
 // state is what checkExchange compares before and after a request.
 type state struct {
-	digest           string // of every key but rate limits and persisted queries
+	digest           string            // of every key but rate limits and persisted queries
+	keys             map[string]string // the same keys, each with a digest of its own
 	persistedQueries int64
 	queued           int64 // entries in the job streams: background jobs not yet done
+}
+
+// changedKeys names the keys that differ between two states, for a
+// failure's message.
+func changedKeys(before, after state) string {
+	var changed []string
+	for k, v := range after.keys {
+		if w, ok := before.keys[k]; !ok {
+			changed = append(changed, "+"+k)
+		} else if w != v {
+			changed = append(changed, "~"+k)
+		}
+	}
+	for k := range before.keys {
+		if _, ok := after.keys[k]; !ok {
+			changed = append(changed, "-"+k)
+		}
+	}
+	slices.Sort(changed)
+	if len(changed) > 20 {
+		changed = append(changed[:20], fmt.Sprintf("and %d more", len(changed)-20))
+	}
+	return "keys added (+), changed (~), removed (-): " + strings.Join(changed, " ")
 }
 
 func (fs *fuzzServer) state(t testing.TB) state {
@@ -285,6 +312,7 @@ func (fs *fuzzServer) state(t testing.TB) state {
 			}
 		}
 		st.digest = fmt.Sprint(snap) // fmt prints maps sorted
+		st.keys = snap
 		return st
 	}
 	cc, ok := fs.rdb.(*redis.ClusterClient)
@@ -305,9 +333,10 @@ func (fs *fuzzServer) state(t testing.TB) state {
 	if err != nil {
 		t.Fatalf("fingerprint of the cluster: %v", err)
 	}
-	var st state
+	st := state{keys: map[string]string{}}
 	for _, addr := range slices.Sorted(maps.Keys(byNode)) {
 		st.digest += byNode[addr].digest
+		maps.Copy(st.keys, byNode[addr].keys)
 		st.persistedQueries += byNode[addr].persistedQueries
 		st.queued += byNode[addr].queued
 	}
@@ -318,13 +347,19 @@ func (fs *fuzzServer) state(t testing.TB) state {
 func fingerprint(t testing.TB, c redis.Scripter) state {
 	t.Helper()
 	res, err := fingerprintScript.Run(context.Background(), c, nil, rateLimitPrefix, persistedQueryPrefix).Slice()
-	if err != nil || len(res) != 3 {
+	if err != nil || len(res) != 4 {
 		t.Fatalf("fingerprint of Redis: %v %v", res, err)
 	}
 	digest, _ := res[0].(string)
 	apq, _ := res[1].(int64)
 	queued, _ := res[2].(int64)
-	return state{digest: digest, persistedQueries: apq, queued: queued}
+	each, _ := res[3].([]any)
+	keys := make(map[string]string, len(each)/2)
+	for i := 0; i+1 < len(each); i += 2 {
+		k, _ := each[i].(string)
+		keys[k], _ = each[i+1].(string)
+	}
+	return state{digest: digest, keys: keys, persistedQueries: apq, queued: queued}
 }
 
 // settle waits until background jobs (fan-out, queued in a stream and
@@ -585,17 +620,18 @@ func (fs *fuzzServer) checkExchange(t *testing.T, req *http.Request, x exchange)
 	if x.params != nil {
 		kind, field = selected(x.params)
 	}
+	writes := changedKeys(before, after)
 	switch {
 	case x.method != http.MethodPost:
-		t.Fatalf("a %s wrote to Redis: %s", x.method, desc)
+		t.Fatalf("a %s wrote to Redis (%s): %s", x.method, writes, desc)
 	case kind != ast.Mutation:
-		t.Fatalf("a request that is not a mutation (%q) wrote to Redis: %s", kind, desc)
+		t.Fatalf("a request that is not a mutation (%q) wrote to Redis (%s): %s", kind, writes, desc)
 	case x.status != http.StatusOK || requestLevel:
-		t.Fatalf("a mutation refused before its resolvers (codes %q) wrote to Redis: %s", codes, desc)
+		t.Fatalf("a mutation refused before its resolvers (codes %q) wrote to Redis (%s): %s", codes, writes, desc)
 	case field != "":
 		for _, e := range answer.Errors {
 			if len(e.Path) == 1 && e.Path[0] == field {
-				t.Fatalf("mutation %s failed (codes %q) but wrote to Redis: %s", field, codes, desc)
+				t.Fatalf("mutation %s failed (codes %q) but wrote to Redis (%s): %s", field, codes, writes, desc)
 			}
 		}
 	}
