@@ -30,7 +30,7 @@ type cpuMark struct {
 // share nears 1 (which INFO of each master would tell; the sum is what the
 // report has room for).
 func markCPU(ctx context.Context, client redis.UniversalClient) cpuMark {
-	m := cpuMark{at: time.Now(), redis: -1, tool: procCPU()}
+	m := cpuMark{at: time.Now(), redis: -1, tool: procCPU("self")}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
 		total := time.Duration(0)
@@ -81,10 +81,11 @@ func redisCPU(ctx context.Context, client redis.Cmdable) time.Duration {
 	return -1
 }
 
-// procCPU returns this process's user and system CPU time, from
-// /proc/self/stat in clock ticks of 1/100 s (USER_HZ on Linux), or -1.
-func procCPU() time.Duration {
-	b, err := os.ReadFile("/proc/self/stat")
+// procCPU returns the user and system CPU time of process pid ("self":
+// this one), from /proc/<pid>/stat in clock ticks of 1/100 s (USER_HZ on
+// Linux), or -1.
+func procCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return -1
 	}
@@ -105,6 +106,15 @@ func procCPU() time.Duration {
 		return -1
 	}
 	return time.Duration(u+k) * (time.Second / 100)
+}
+
+// since returns b - a, two readings of one CPU clock, or -1 if either is
+// unknown.
+func since(a, b time.Duration) time.Duration {
+	if a < 0 || b < 0 {
+		return -1
+	}
+	return b - a
 }
 
 // busy returns how busy Redis's main thread and this process were from

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,13 @@ type liveResult struct {
 	homeP99       time.Duration
 	lost          int // subscribers the measured post did not reach within the timeout
 	early         int // next messages that arrived before createPost answered (counted as 0)
+
+	// The CPU time that the server, this tool and Redis used from just
+	// before the measured post to its last delivery (-1 where unknown),
+	// and how long that was: on loopback the tool's readers share the
+	// machine's CPUs with the server they measure.
+	window                       time.Duration
+	serverCPU, toolCPU, redisCPU time.Duration
 }
 
 // perSocket is the server's RSS growth per subscriber, in bytes.
@@ -70,6 +78,14 @@ func (l liveResult) write(out io.Writer) {
 	fmt.Fprintf(out, "  p50 / p99 on the global timeline's subscribers %s / %s, on the home timelines' %s / %s\n",
 		l.globalP50.Round(time.Microsecond), l.globalP99.Round(time.Microsecond),
 		l.homeP50.Round(time.Microsecond), l.homeP99.Round(time.Microsecond))
+	cpu := func(d time.Duration) string {
+		if d < 0 {
+			return "-"
+		}
+		return d.Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(out, "  CPU from the post to its last delivery (%s, on %d CPUs): server %s, this tool %s, Redis %s\n",
+		l.window.Round(time.Millisecond), runtime.NumCPU(), cpu(l.serverCPU), cpu(l.toolCPU), cpu(l.redisCPU))
 }
 
 // raiseFileLimit lifts the soft limit on open files to the hard one: each
@@ -338,6 +354,13 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 			return r, fmt.Errorf("server RSS: %w", err)
 		}
 	}
+	serverCPU := func() time.Duration {
+		if o.serverPID <= 0 {
+			return -1
+		}
+		return procCPU(strconv.Itoa(o.serverPID))
+	}
+	mark, server := markCPU(ctx, db.Client()), serverCPU()
 	answered, err := publish("live: the measured post")
 	if err != nil {
 		return r, err
@@ -346,6 +369,9 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 	if err != nil {
 		return r, err
 	}
+	end := markCPU(ctx, db.Client())
+	r.window = end.at.Sub(mark.at)
+	r.serverCPU, r.toolCPU, r.redisCPU = since(server, serverCPU()), since(mark.tool, end.tool), since(mark.redis, end.redis)
 	r.lost, r.early = lost, early
 	pct := func(lat []time.Duration, p float64) time.Duration {
 		if len(lat) == 0 {

@@ -225,6 +225,7 @@ func TestRunTiny(t *testing.T) {
 	for _, want := range append(compact,
 		"seeded 12 users", "seeded 30 more users straight into Redis",
 		"live: 10 subscribers (8 on globalTimeline, 2 on their homeTimeline)", "; lost 0; ",
+		"CPU from the post to its last delivery (", "): server -, this tool ",
 		"| `homeTimeline(first: 20)` with authors, HTTP |", "| `{ __typename }`, HTTP |",
 		"| same page, go-redis directly", "| `createPost`, HTTP, by the 12 users with ≤ 1000 followers",
 		"| `createPost`, the same, one request at a time |",
@@ -353,13 +354,22 @@ func TestFanOutNotPushed(t *testing.T) {
 }
 
 func TestCPUMarks(t *testing.T) {
-	if runtime.GOOS == "linux" && procCPU() < 0 {
+	if runtime.GOOS == "linux" && procCPU("self") < 0 {
 		t.Error("procCPU cannot read /proc/self/stat")
 	}
 	srv := redistest.New(t)
 	m := markCPU(context.Background(), srv.Client(t))
 	if !srv.Embedded() && m.redis < 0 {
 		t.Error("markCPU cannot read Redis's INFO cpu")
+	}
+	if runtime.GOOS == "linux" && procCPU(strconv.Itoa(os.Getpid())) < 0 {
+		t.Error("procCPU cannot read this process's stat by its pid")
+	}
+	if procCPU("no-such-process") != -1 {
+		t.Error("procCPU of no process is not -1")
+	}
+	if since(time.Second, 3*time.Second) != 2*time.Second || since(-1, time.Second) != -1 || since(time.Second, -1) != -1 {
+		t.Error("since is wrong")
 	}
 	a := cpuMark{at: time.Unix(10, 0), redis: time.Second, tool: -1}
 	b := cpuMark{at: time.Unix(12, 0), redis: 2 * time.Second, tool: time.Second}
