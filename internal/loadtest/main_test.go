@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -390,5 +391,43 @@ func TestParseLimits(t *testing.T) {
 		if _, err := parseLimits(in, 1000); err == nil {
 			t.Errorf("parseLimits(%q) took it", in)
 		}
+	}
+}
+
+func TestMessageType(t *testing.T) {
+	for msg, want := range map[string]string{
+		`{"type":"next","id":"1","payload":{"data":{}}}`: "next",
+		`{"id":"1","type":"next","payload":{"data":{}}}`: "next",
+		`{"type":"ping"}`: "ping",
+		`{"type":"error","id":"1","payload":[{"message":"no"}]}`:    "error",
+		`{"type":"complete","id":"1"}`:                              "complete",
+		`{"type":"nextish"}`:                                        "nextish",
+		`not json`:                                                  "",
+		`{"payload":{"type":"next"},"type":"complete","id":"1"}`:    "complete",
+		`{"type":"next"}`:                                           "next",
+		`{"type":"next"   ,"id":"1"}`:                               "next",
+		`{"type":"connection_ack","payload":{"type":"next","x":1}}`: "connection_ack",
+	} {
+		if got := messageType([]byte(msg)); got != want {
+			t.Errorf("messageType(%s) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+func TestReadAll(t *testing.T) {
+	buf := make([]byte, 0, 4)
+	for _, msg := range []string{"ab", "a longer message than the buffer", "", "xyz"} {
+		var err error
+		// iotest.OneByteReader: a message that arrives a byte at a time.
+		if buf, err = readAll(iotest.OneByteReader(strings.NewReader(msg)), buf[:0]); err != nil || string(buf) != msg {
+			t.Errorf("readAll = %q, %v; want %q", buf, err, msg)
+		}
+	}
+	if cap(buf) < len("a longer message than the buffer") {
+		t.Errorf("the buffer did not keep its growth: cap %d", cap(buf))
+	}
+	failing := iotest.TimeoutReader(iotest.OneByteReader(strings.NewReader("abc")))
+	if _, err := readAll(failing, nil); err == nil {
+		t.Error("readAll of a reader that fails returned no error")
 	}
 }
