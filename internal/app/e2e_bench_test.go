@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/warble/warble/internal/warble"
 )
 
@@ -224,4 +226,87 @@ func seedReader(b *testing.B, s *testServer) testUser {
 		}
 	}
 	return reader
+}
+
+// liveSubscribers is how many sockets BenchmarkLiveDelivery opens.
+const liveSubscribers = 1000
+
+// BenchmarkLiveDelivery times one post to liveSubscribers subscribers of
+// the global timeline, each on a websocket of its own, all with the
+// selection the load tool's live scenario asks for: an op is a createPost
+// and every subscriber's next message. It reports the time and this
+// process's CPU per delivery, the benchmark's readers included (they
+// read as little as the load tool's do), where the load tool's 10,000
+// sockets measure the same with a noise too large for changes of a few
+// per cent. Run with
+//
+//	go test -run '^$' -bench BenchmarkLiveDelivery -cpu 2 .
+func BenchmarkLiveDelivery(b *testing.B) {
+	s := newTestServer(b, func(c *Config) { c.RateLimitsOn = false })
+	author := s.signup(b, "liveauthor")
+	got := make(chan struct{}, liveSubscribers)
+	for range liveSubscribers {
+		c := s.connect(b, protoTransportWS, "")
+		c.subscribe("1", `subscription { globalTimeline { kind cursor postId post { id body createdAt author { id username } } } }`, nil)
+		go readNexts(c.conn, got)
+	}
+	// Every subscription is live once a post reaches them all: one whose
+	// operation had not started yet misses a post for good.
+	wait := func(timeout time.Duration) int {
+		deadline := time.After(timeout)
+		for n := range liveSubscribers {
+			select {
+			case <-got:
+			case <-deadline:
+				return n
+			}
+		}
+		return liveSubscribers
+	}
+	for i := 0; ; i++ {
+		s.post(b, author, "warm-up")
+		if wait(10*time.Second) == liveSubscribers {
+			break
+		} else if i == 10 {
+			b.Fatal("the subscribers never all got a post")
+		}
+		time.Sleep(100 * time.Millisecond)
+		for len(got) > 0 {
+			<-got
+		}
+	}
+	cpu0 := processCPU()
+	for b.Loop() {
+		s.post(b, author, "live")
+		if n := wait(time.Minute); n < liveSubscribers {
+			b.Fatalf("a post reached %d of %d subscribers", n, liveSubscribers)
+		}
+	}
+	deliveries := float64(b.N * liveSubscribers)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/deliveries, "ns/delivery")
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/deliveries, "cpu-ns/delivery")
+}
+
+// readNexts reads conn until it closes, sending on got for each next
+// message (known by the beginning Warble writes them with) and answering
+// pings, with one buffer for the socket's messages.
+func readNexts(conn *websocket.Conn, got chan<- struct{}) {
+	next := []byte(`{"type":"next",`)
+	var buf bytes.Buffer
+	for {
+		_, r, err := conn.NextReader()
+		if err != nil {
+			return
+		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return
+		}
+		switch msg := buf.Bytes(); {
+		case bytes.HasPrefix(msg, next):
+			got <- struct{}{}
+		case bytes.HasPrefix(msg, []byte(`{"type":"ping"`)):
+			conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"pong"}`))
+		}
+	}
 }
