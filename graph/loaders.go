@@ -33,18 +33,23 @@ type loadersKey struct{}
 // one: most responses load nothing ({ __typename }, the viewer, a page
 // whose posts came with their authors), and a set of loaders costs a
 // dozen allocations.
+//
+// The viewer whose follow states a set reads is looked up then too, from
+// the context of the field that asks: a lookup walks the response's
+// chain of context values, which is long on a subscription, and most of
+// a subscription's events are written from a payload marshalled once for
+// all their subscribers (sharedTimelineEvent), which asks for no loader.
 type lazyLoaders struct {
-	once     sync.Once
-	r        *Resolver
-	viewerID string
-	wait     time.Duration
-	loaders  *loaders
+	once    sync.Once
+	r       *Resolver
+	wait    time.Duration
+	loaders *loaders
 }
 
 // withLoaders is response middleware that gives each response its loaders.
 func (r *Resolver) withLoaders(wait time.Duration) graphql.ResponseMiddleware {
 	return func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
-		lazy := &lazyLoaders{r: r, viewerID: warble.UserIDFromContext(ctx), wait: wait}
+		lazy := &lazyLoaders{r: r, wait: wait}
 		return next(context.WithValue(ctx, loadersKey{}, lazy))
 	}
 }
@@ -90,7 +95,7 @@ func loadersFrom(ctx context.Context) *loaders {
 	if lazy == nil {
 		return nil
 	}
-	lazy.once.Do(func() { lazy.loaders = lazy.r.newLoaders(lazy.viewerID, lazy.wait) })
+	lazy.once.Do(func() { lazy.loaders = lazy.r.newLoaders(warble.UserIDFromContext(ctx), lazy.wait) })
 	return lazy.loaders
 }
 

@@ -19,9 +19,11 @@ type subscriber struct {
 
 	mu    sync.Mutex
 	queue []*hubEvent
-	// Set by begin: where events go, until ctx ends or the hub closes,
-	// and the replay to send before the queue.
-	ctx     context.Context
+	// Set by begin: where events go, until the subscription's context
+	// ends (done, kept rather than the context: a subscription's context
+	// is gqlgen's, a chain of values that Done walks up at every call) or
+	// the hub closes, and the replay to send before the queue.
+	done    <-chan struct{}
 	out     chan<- *warble.TimelineEvent
 	replay  []*warble.TimelineEvent
 	begun   bool
@@ -210,7 +212,7 @@ func (h *Hub) replay(ctx context.Context, sub *subscriber, afterSeq int64) ([]*w
 // sub before begin, is done then.
 func (s *subscriber) begin(ctx context.Context, replay []*warble.TimelineEvent, out chan<- *warble.TimelineEvent) {
 	s.mu.Lock()
-	s.ctx, s.out, s.replay, s.begun = ctx, out, replay, true
+	s.done, s.out, s.replay, s.begun = ctx.Done(), out, replay, true
 	if s.ended { // the hub closed meanwhile
 		s.mu.Unlock()
 		s.finish()
@@ -308,7 +310,7 @@ func (s *subscriber) deliver() {
 				// for the next.
 				s.recv.EventReady()
 			}
-		case <-s.ctx.Done():
+		case <-s.done:
 			s.end()
 		case <-h.done:
 			s.end()
