@@ -348,7 +348,7 @@ func (c *wsConn) dataType() string {
 // left out when empty).
 func (c *wsConn) writeMessage(typ, id string, payload json.RawMessage) error {
 	return c.write(func(w io.Writer) error {
-		writeMessageStart(w, typ, id)
+		writeMessageStart(w, typ, quoteID(id))
 		if len(payload) > 0 {
 			io.WriteString(w, `,"payload":`)
 			w.Write(payload)
@@ -358,14 +358,25 @@ func (c *wsConn) writeMessage(typ, id string, payload json.RawMessage) error {
 	})
 }
 
-// writeMessageStart writes {"type":typ and, unless empty, "id":id.
-func writeMessageStart(w io.Writer, typ, id string) {
-	io.WriteString(w, `{"type":"`+typ+`"`)
-	if id != "" {
+// writeMessageStart writes {"type":typ and, unless nil, "id":id, where id
+// is the operation's id as JSON (quoteID).
+func writeMessageStart(w io.Writer, typ string, id []byte) {
+	io.WriteString(w, `{"type":"`)
+	io.WriteString(w, typ)
+	io.WriteString(w, `"`)
+	if id != nil {
 		io.WriteString(w, `,"id":`)
-		b, _ := json.Marshal(id)
-		w.Write(b)
+		w.Write(id)
 	}
+}
+
+// quoteID returns id as a JSON string, or nil when it is empty.
+func quoteID(id string) []byte {
+	if id == "" {
+		return nil
+	}
+	b, _ := json.Marshal(id)
+	return b
 }
 
 // write writes the message that build writes, within the write timeout,
@@ -399,8 +410,9 @@ func (c *wsConn) writeLocked(build func(w io.Writer) error) error {
 	return err
 }
 
-// sendResponse writes resp as the next event or result of operation id.
-func (c *wsConn) sendResponse(id string, resp *graphql.Response) error {
+// sendResponse writes resp as the next event or result of the operation
+// whose id is id (as JSON: quoteID).
+func (c *wsConn) sendResponse(id []byte, resp *graphql.Response) error {
 	return c.write(func(w io.Writer) error {
 		writeMessageStart(w, c.dataType(), id)
 		io.WriteString(w, `,"payload":`)
@@ -466,7 +478,7 @@ func (c *wsConn) sendErrors(id string, errs gqlerror.List) error {
 // result; a subscription's events come from the hub (see wsOperation). It
 // reports false when the connection was closed for a duplicate id.
 func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) bool {
-	op := &wsOperation{conn: c, id: id}
+	op := &wsOperation{conn: c, id: id, quotedID: quoteID(id)}
 	var ctx context.Context
 	ctx, op.cancel = context.WithCancel(c.ctx)
 	c.mu.Lock()
@@ -554,6 +566,7 @@ func (c *wsConn) stop(id string) {
 type wsOperation struct {
 	conn     *wsConn
 	id       string
+	quotedID []byte // id as JSON, written with each of its messages
 	cancel   context.CancelFunc
 	rc       *graphql.OperationContext
 	attached bool // set by the hub during dispatch, read after it
@@ -593,7 +606,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 			op.fail(resp.Errors)
 			return
 		}
-		c.sendResponse(op.id, &graphql.Response{Errors: errs})
+		c.sendResponse(op.quotedID, &graphql.Response{Errors: errs})
 		op.finish(true)
 		return
 	}
@@ -622,7 +635,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 		if resp == nil || op.isDone() { // stopped, or replaced, meanwhile
 			break
 		}
-		if c.sendResponse(op.id, resp) != nil {
+		if c.sendResponse(op.quotedID, resp) != nil {
 			break
 		}
 	}
@@ -706,7 +719,7 @@ func (op *wsOperation) pull() {
 	if op.isDone() { // the client completed it meanwhile (see stop)
 		return
 	}
-	op.conn.sendResponse(op.id, resp)
+	op.conn.sendResponse(op.quotedID, resp)
 }
 
 // finish ends the operation once: it leaves the connection's operations,
