@@ -408,6 +408,9 @@ func postData(ctx context.Context, hc *http.Client, endpoint, token, query strin
 	if err != nil {
 		return err
 	}
+	if v == nil && resp.StatusCode == http.StatusOK && bytes.HasPrefix(raw, dataFirst) && !bytes.Contains(raw, errorsKey) {
+		return nil
+	}
 	var r struct {
 		Data   json.RawMessage   `json:"data"`
 		Errors []json.RawMessage `json:"errors"`
@@ -420,6 +423,13 @@ func postData(ctx context.Context, hc *http.Client, endpoint, token, query strin
 	}
 	return nil
 }
+
+// An answer that begins with its data and holds no errors key (the tool's
+// queries alias no field "errors", and a string's quotes are escaped) is
+// a success: postData knows one so, without parsing it. The tool shares
+// the machine's CPUs with the server it measures, and parsing every
+// answer was a third of its CPU time per request.
+var dataFirst, errorsKey = []byte(`{"data":`), []byte(`"errors":`)
 
 // result is one throughput run.
 type result struct {

@@ -431,3 +431,30 @@ func TestReadAll(t *testing.T) {
 		t.Error("readAll of a reader that fails returned no error")
 	}
 }
+
+func TestPostDataChecksTheAnswer(t *testing.T) {
+	answers := map[string]struct {
+		status int
+		body   string
+		ok     bool
+	}{
+		"data":                 {200, `{"data":{"createPost":{"post":{"id":"1"}}}}`, true},
+		"data with a quote":    {200, `{"data":{"b":"say \"errors\": none"}}`, true},
+		"errors first":         {200, `{"errors":[{"message":"no"}],"data":null}`, false},
+		"errors after data":    {200, `{"data":null,"errors":[{"message":"no"}]}`, false},
+		"data, bad status":     {500, `{"data":{}}`, false},
+		"not json":             {200, `oops`, false},
+		"data with extensions": {200, `{"data":{"x":1},"extensions":{"a":1}}`, true},
+	}
+	for name, a := range answers {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(a.status)
+			io.WriteString(w, a.body)
+		}))
+		err := post(context.Background(), srv.Client(), srv.URL, "", `{ x }`, nil)
+		if (err == nil) != a.ok {
+			t.Errorf("%s: post = %v, want ok %v", name, err, a.ok)
+		}
+		srv.Close()
+	}
+}
