@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -218,9 +219,15 @@ func TestRunTiny(t *testing.T) {
 	if srv.Embedded() { // no encodings, no MEMORY USAGE
 		o.compactHomes, compact = 0, nil
 	}
+	gc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gc)
 	err := run(context.Background(), o, &out)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	// The live scenario turns the collector off around its measured post.
+	if after := debug.SetGCPercent(gc); after != gc {
+		t.Errorf("after run, GC percent %d, want %d as before", after, gc)
 	}
 	report := out.String()
 	for _, want := range append(compact,
