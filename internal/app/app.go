@@ -34,6 +34,10 @@ type App struct {
 	resolver *graph.Resolver
 
 	stopWorkers func()
+	// firstPass is closed once the first fan-out worker has made its
+	// first pass over the database (see redisdb.WorkerOptions.FirstPass),
+	// or at once without workers.
+	firstPass chan struct{}
 }
 
 // newDB returns the services' DB over client; delivered and moved, if set,
@@ -106,7 +110,8 @@ func newApp(cfg Config, clients redisClients, log *slog.Logger) *App {
 		allowWebsocket = ratelimit.Websockets{Limiter: limiter, Limits: limits}.Allow
 	}
 	a := &App{cfg: cfg, log: log, db: db, hub: hub, metrics: m, resolver: resolver}
-	a.stopWorkers = startWorkers(cfg, db, cfg.FanoutWorkers)
+	a.firstPass = make(chan struct{})
+	a.stopWorkers = startWorkers(cfg, db, cfg.FanoutWorkers, func() { close(a.firstPass) })
 	gql := graph.NewHandler(graph.HandlerConfig{
 		Resolver:       resolver,
 		Sessions:       hub,
@@ -163,12 +168,20 @@ func (a *App) Close() error {
 
 // startWorkers starts n fan-out workers on db and returns a function that
 // stops them and waits until they have. The first also sweeps the outboxes
-// and, with an archive, moves posts to it.
-func startWorkers(cfg Config, db *redisdb.DB, n int) (stop func()) {
+// and, with an archive, moves posts to it; firstPass, if set, is called
+// when it has made its first pass (at once if n is 0).
+func startWorkers(cfg Config, db *redisdb.DB, n int, firstPass func()) (stop func()) {
+	if n == 0 && firstPass != nil {
+		firstPass()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for i := range n {
-		w := redisdb.NewWorker(db, redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0, Move: i == 0})
+		opts := redisdb.WorkerOptions{ClaimIdle: cfg.FanoutClaimIdle, Batch: cfg.FanoutBatch, Sweep: i == 0, Move: i == 0}
+		if i == 0 {
+			opts.FirstPass = firstPass
+		}
+		w := redisdb.NewWorker(db, opts)
 		wg.Go(func() { w.Run(ctx) })
 	}
 	return func() { cancel(); wg.Wait() }

@@ -136,6 +136,7 @@ func TestPersistedQueryWithBadTokenIsNotStored(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, s.URL+"/graphql", jsonBody(map[string]any{"query": query, "extensions": ext}))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+token)
+		s.waitFirstPass(t)
 		before := redistest.Snapshot(t, rdb)
 		if r := s.send(t, req); r.code() != "UNAUTHENTICATED" {
 			t.Fatalf("a persisted query with a bad token: %+v, want UNAUTHENTICATED", r.Errors)

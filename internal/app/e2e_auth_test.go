@@ -43,6 +43,7 @@ func TestSignupValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			s.waitFirstPass(t)
 			before := redistest.Snapshot(t, s.redis.Client(t))
 			r := s.query(t, "", signupMutation, map[string]any{"u": tt.username, "p": tt.password, "d": tt.display})
 			if got := r.code(); got != tt.wantCode {

@@ -106,6 +106,7 @@ func TestFollowErrorsWriteNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			s.waitFirstPass(t)
 			before := redistest.Snapshot(t, s.redis.Client(t))
 			r := s.query(t, ada.Token, tt.mutation, map[string]any{"id": tt.id})
 			if got := r.code(); got != tt.wantCode {

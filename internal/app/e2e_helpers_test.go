@@ -83,6 +83,23 @@ func startTestServer(t testing.TB, rs *redistest.Server, cfg Config, wrap func(n
 	return &testServer{URL: hs.URL, app: a, redis: rs}
 }
 
+// waitFirstPass waits until the first fan-out worker has made its first
+// pass over the database. That pass backfills indexes of a database that
+// holds data, once, on the worker's own time (see
+// redisdb.WorkerOptions.FirstPass), so a test that compares Redis before
+// and after a request calls this before its first snapshot: the pass's
+// writes would otherwise be taken for the request's. Not every test can
+// wait for it: one that starts a server with a master frozen gets no
+// pass until it thaws.
+func (s *testServer) waitFirstPass(t testing.TB) {
+	t.Helper()
+	select {
+	case <-s.app.firstPass:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first fan-out worker made no first pass in 30s")
+	}
+}
+
 // newTestApp is Warble with cfg on rs, not serving yet.
 func newTestApp(t testing.TB, rs *redistest.Server, cfg Config) *App {
 	t.Helper()

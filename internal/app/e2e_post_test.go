@@ -37,6 +37,7 @@ func TestCreatePostValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			s.waitFirstPass(t)
 			before := redistest.Snapshot(t, s.redis.Client(t))
 			r := s.query(t, u.Token, createPostMutation, map[string]any{"b": tt.body})
 			if got := r.code(); got != tt.wantCode {

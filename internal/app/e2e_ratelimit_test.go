@@ -78,6 +78,7 @@ func TestSignupsPostsAndFollowsAreLimited(t *testing.T) {
 		l.FollowsPerUser = every(2)
 	}))
 	ada, bob, eve := s.signup(t, "ada"), s.signup(t, "bob"), s.signup(t, "eve")
+	s.waitFirstPass(t)
 	before := redistest.Snapshot(t, s.redis.Client(t))
 	r := s.query(t, "", signupMutation, map[string]any{"u": "one_too_many", "p": "password1"})
 	assertRateLimited(t, r, "a fourth signup from one address")

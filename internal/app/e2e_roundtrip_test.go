@@ -258,6 +258,7 @@ func TestHomePageWithBadToken(t *testing.T) {
 	client.AddHook(names)
 	const home = `{ homeTimeline(first: 20) { edges { node { id body author { username } } } } }`
 	for _, token := range []string{wrong, gone.Token} {
+		s.waitFirstPass(t)
 		before := redistest.Snapshot(t, client)
 		names.take()
 		n := counter.N()

@@ -81,7 +81,7 @@ func RunWorkers(ctx context.Context, args []string, getenv func(string) string, 
 	n := max(cfg.FanoutWorkers, 1)
 	db := newDB(cfg, redisClients{primary: clients.primary}, log, nil, nil, nil) // no hub: its post cache stays unused
 	checkListpack(ctx, cfg, db)
-	stop := startWorkers(cfg, db, n)
+	stop := startWorkers(cfg, db, n, nil)
 	log.Info("fan-out workers running", "workers", n)
 	<-ctx.Done()
 	stop()

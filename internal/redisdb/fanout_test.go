@@ -977,3 +977,43 @@ func (h *deliveryGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		return next(ctx, cmds)
 	}
 }
+
+// TestWorkerFirstPass: a worker's FirstPass is called once, after its
+// first sweep has backfilled a database that holds data: the marker is
+// there by then, and nothing of the pass comes after it.
+func TestWorkerFirstPass(t *testing.T) {
+	ctx := context.Background()
+	db := newChainedTestDB(t, Options{AsyncFanOut: true})
+	mustSignup(t, db, "ada") // data: the first sweep backfills
+	var calls atomic.Int32
+	markerThen := make(chan int64, 2)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- NewWorker(db, WorkerOptions{Sweep: true, FirstPass: func() {
+			calls.Add(1)
+			markerThen <- db.client.Exists(ctx, outboxBackfillKey).Val()
+		}}).Run(wctx)
+	}()
+	select {
+	case n := <-markerThen:
+		if n != 1 {
+			t.Error("FirstPass was called before the backfill's marker was written")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("FirstPass was not called")
+	}
+	// A later pass, which a queued job wakes the worker for, does not
+	// call it again.
+	if _, err := NewPostService(db).CreatePost(ctx, mustSignup(t, db, "bob").ID, "wakes the worker"); err != nil {
+		t.Fatal(err)
+	}
+	drainFanOut(t, db)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("FirstPass was called %d times, want once", n)
+	}
+}

@@ -44,6 +44,14 @@ type WorkerOptions struct {
 	// has one (see mover.go), between its fan-out jobs. One worker of
 	// each process is enough; more move more authors at once.
 	Move bool
+	// FirstPass, if set, is called once, when the worker's first sweep
+	// and move (those it does) have run without an error. Its one-time
+	// backfills of the database (the outbox, seen and due indexes, see
+	// maybeSweep and maybeMove) are then behind it, and a database that
+	// was empty then gets none from it. Tests that compare Redis before
+	// and after a request wait for it, so that no backfill's marker can
+	// land in between.
+	FirstPass func()
 }
 
 // Worker runs fan-out jobs from the stream. Any number of workers, in any
@@ -119,6 +127,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		n, err := 0, w.maybeSweep(ctx)
 		if err == nil {
 			n, err = w.maybeMove(ctx)
+		}
+		if err == nil && w.opts.FirstPass != nil {
+			w.opts.FirstPass()
+			w.opts.FirstPass = nil
 		}
 		if err == nil {
 			var jobs int
