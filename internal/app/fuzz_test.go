@@ -21,7 +21,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,22 +257,13 @@ type state struct {
 // changedKeys names the keys that differ between two states, for a
 // failure's message.
 func changedKeys(before, after state) string {
+	diff := redistest.Diff(before.keys, after.keys)
 	var changed []string
-	for k, v := range after.keys {
-		if w, ok := before.keys[k]; !ok {
-			changed = append(changed, "+"+k)
-		} else if w != v {
-			changed = append(changed, "~"+k)
-		}
+	for _, d := range diff[:min(len(diff), 20)] {
+		changed = append(changed, d.String())
 	}
-	for k := range before.keys {
-		if _, ok := after.keys[k]; !ok {
-			changed = append(changed, "-"+k)
-		}
-	}
-	slices.Sort(changed)
-	if len(changed) > 20 {
-		changed = append(changed[:20], fmt.Sprintf("and %d more", len(changed)-20))
+	if len(diff) > 20 {
+		changed = append(changed, fmt.Sprintf("and %d more", len(diff)-20))
 	}
 	return "keys added (+), changed (~), removed (-): " + strings.Join(changed, " ")
 }

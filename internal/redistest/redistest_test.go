@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -123,5 +124,20 @@ func (f *fakeTB) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
 func (f *fakeTB) cleanup() {
 	for _, fn := range f.cleanups {
 		fn()
+	}
+}
+
+func TestDiff(t *testing.T) {
+	before := map[string]string{"a": "1", "b": "2", "c": "3"}
+	after := map[string]string{"a": "1", "b": "two", "d": "4"}
+	var got []string
+	for _, d := range Diff(before, after) {
+		got = append(got, d.String())
+	}
+	if want := []string{"~b", "-c", "+d"}; !slices.Equal(got, want) {
+		t.Errorf("Diff = %v, want %v", got, want)
+	}
+	if d := Diff(before, before); len(d) != 0 {
+		t.Errorf("Diff of a map with itself = %v", d)
 	}
 }

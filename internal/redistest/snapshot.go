@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -69,19 +70,45 @@ func Snapshot(tb testing.TB, c redis.Cmdable) map[string]string {
 // names the operation that was to write nothing.
 func AssertUnchanged(tb testing.TB, c redis.Cmdable, before map[string]string, what string) {
 	tb.Helper()
-	after := Snapshot(tb, c)
+	for _, d := range Diff(before, Snapshot(tb, c)) {
+		switch d.Change {
+		case '+':
+			tb.Errorf("%s wrote key %s", what, d.Key)
+		case '~':
+			tb.Errorf("%s changed key %s", what, d.Key)
+		default:
+			tb.Errorf("%s deleted key %s", what, d.Key)
+		}
+	}
+}
+
+// KeyChange is a key that differs between two snapshots: Change is '+'
+// (added), '~' (changed) or '-' (removed).
+type KeyChange struct {
+	Change byte
+	Key    string
+}
+
+func (k KeyChange) String() string { return string(k.Change) + k.Key }
+
+// Diff returns the keys that differ between two maps of key to value
+// (Snapshots, or digests of the values), sorted by key.
+func Diff(before, after map[string]string) []KeyChange {
+	var changes []KeyChange
 	for k, v := range after {
 		if old, ok := before[k]; !ok {
-			tb.Errorf("%s wrote key %s", what, k)
+			changes = append(changes, KeyChange{'+', k})
 		} else if old != v {
-			tb.Errorf("%s changed key %s", what, k)
+			changes = append(changes, KeyChange{'~', k})
 		}
 	}
 	for k := range before {
 		if _, ok := after[k]; !ok {
-			tb.Errorf("%s deleted key %s", what, k)
+			changes = append(changes, KeyChange{'-', k})
 		}
 	}
+	slices.SortFunc(changes, func(a, b KeyChange) int { return strings.Compare(a.Key, b.Key) })
+	return changes
 }
 
 // Keys returns the keys that match pattern, as KEYS does, on every master
