@@ -141,18 +141,9 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 	setup.app.Close()                         // waits for its workers
 	fs.testServer = startTestServer(tb, rs, fuzzed, nil)
 	f.Cleanup(fs.client.CloseIdleConnections)
-	markers := []string{"w:{fanout}:outboxes:backfilled"}
-	if cfg.InactiveAfter >= 0 {
-		markers = append(markers, "w:{fanout}:seen:backfilled")
-	}
-	if cfg.Archive != nil {
-		markers = append(markers, "w:{fanout}:archive:due:backfilled")
-	}
-	for _, key := range markers {
-		eventually(f, "the first fan-out worker writes "+key, func() bool {
-			return fs.rdb.Exists(context.Background(), key).Val() == 1
-		})
-	}
+	// Its first worker's first pass backfills the indexes of the data
+	// the setup wrote, and writes their markers: before any input.
+	fs.waitFirstPass(f)
 	// This Warble records fuzzUser seen at their first request, and
 	// then not again for a while (see redisdb's Seen): their first request
 	// is not an input's.
