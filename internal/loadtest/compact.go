@@ -288,13 +288,14 @@ func usedMemory(ctx context.Context, client redis.UniversalClient) (int64, error
 }
 
 // parseLimits reads -listpack-entries: limits, "cap" standing for the
-// home cap.
+// limit Warble asks for with a home cap of homeCap (the cap plus the slack
+// of fan-out's amortized trim, redisdb.ListpackEntries).
 func parseLimits(s string, homeCap int) ([]int, error) {
 	var limits []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "cap" {
-			limits = append(limits, homeCap)
+			limits = append(limits, redisdb.ListpackEntries(homeCap))
 			continue
 		}
 		n, err := strconv.Atoi(f)

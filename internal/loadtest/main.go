@@ -99,7 +99,7 @@ func main() {
 	flag.IntVar(&o.compactHomes, "compact-homes", 0, "fill this many home timelines (those of the followers of the largest fan-out author with at most this many) to the home cap "+
 		"under each -listpack-entries, and report their memory and fan-out to them; 0: do not. It runs last, and replaces those timelines")
 	flag.IntVar(&o.homeCap, "home-cap", 1000, "the server's HOME_TIMELINE_CAP")
-	limits := flag.String("listpack-entries", "128,cap", "the zset-max-listpack-entries values -compact-homes compares, comma-separated; cap: the home cap")
+	limits := flag.String("listpack-entries", "128,cap", "the zset-max-listpack-entries values -compact-homes compares, comma-separated; cap: the home cap plus the slack Warble asks for (128)")
 	flag.StringVar(&o.chart, "chart", "", "write an SVG chart of the results against their targets to this file")
 	flag.StringVar(&o.note, "note", "", "free text for the report and the chart, such as the commit measured")
 	flag.IntVar(&o.sockets, "sockets", 0, "open this many graphql-transport-ws subscribers at once (a fifth on the home timelines of one author's followers, "+

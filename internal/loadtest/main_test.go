@@ -209,12 +209,12 @@ func TestRunTiny(t *testing.T) {
 		serverURL: url, redisURL: srv.URL, users: 12, maxFollow: 5, posts: 2, runs: 2,
 		duration: 50 * time.Millisecond, concurrency: 2, seed: 1,
 		fanoutSizes: []int{7, 30}, fanoutTimeout: time.Minute, fanoutBusy: true, fewFollowers: 1000, chart: chart,
-		compactHomes: 30, homeCap: 1000, listpackEntries: []int{128, 1000},
+		compactHomes: 30, homeCap: 1000, listpackEntries: []int{128, 1128},
 		sockets: 10, liveIdle: 10 * time.Millisecond,
 	}
 	compact := []string{
 		"compact timelines: 30 home timelines filled to the cap (1000 post ids",
-		"| 128 | skiplist (skiplist) |", "| 1000 | listpack (listpack) |", "memory, limit 128 / limit 1000: ",
+		"| 128 | skiplist (skiplist) |", "| 1128 | listpack (listpack) |", "memory, limit 128 / limit 1128: ",
 	}
 	if srv.Embedded() { // no encodings, no MEMORY USAGE
 		o.compactHomes, compact = 0, nil
@@ -391,7 +391,7 @@ func TestCPUMarks(t *testing.T) {
 
 func TestParseLimits(t *testing.T) {
 	got, err := parseLimits("128, cap,5000", 1000)
-	if err != nil || !slices.Equal(got, []int{128, 1000, 5000}) {
+	if err != nil || !slices.Equal(got, []int{128, 1128, 5000}) {
 		t.Errorf("parseLimits = %v, %v", got, err)
 	}
 	for _, in := range []string{"x", "-1", "128,,cap"} {

@@ -15,7 +15,7 @@
 # set it in the environment to measure another. The tool is told the value
 # for its report, and the commit measured. With -compact-homes N, the tool
 # also fills N home timelines to the cap under each sorted-set listpack
-# limit (-listpack-entries, default 128 and the cap) and reports their
+# limit (-listpack-entries, default 128 and the cap plus 128) and reports their
 # memory and the fan-out to them:
 #   internal/loadtest/run.sh -fanout-sizes 10000 -compact-homes 10000
 # With -sockets N, the tool opens N live subscribers on the server and reads

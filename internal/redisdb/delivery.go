@@ -18,12 +18,11 @@ import (
 // undoing on delete) reads and delivers to.
 const fanOutChunk = 1000
 
-// deliverScript adds a post to a follower's home timeline, trimming it to
-// its cap before the add (see addCappedLua), and announces it. It is
-// idempotent: a post that the timeline holds already (a repeated delivery)
-// is not announced again, nor is one older than everything the capped
-// timeline keeps. (The global timeline has a script of its own,
-// listGlobalScript.)
+// deliverScript adds a post to a follower's home timeline, trimming it
+// back to its cap after one add in rawTrimEvery, as raw deliveries do (see
+// addTrimmedLua), and announces it. It is idempotent: a post that the
+// timeline holds already (a repeated delivery) is not announced again.
+// (The global timeline has a script of its own, listGlobalScript.)
 //
 // It is guarded: the post is added only if the follower still follows the
 // author (an unfollow that ran while the fan-out was walking the followers
@@ -41,11 +40,12 @@ const fanOutChunk = 1000
 // ARGV[5] -> the timeline's channel
 // ARGV[6] -> the added message
 // ARGV[7] -> the inactive cutoff, unix ms (0: none)
+// ARGV[8] -> "1" to trim the timeline back to its cap after the add
+// (rawTrim), else "0"
 //
-// Returns 1 if the post was added, 0 if it was there already or older than
-// everything the full timeline keeps, -1 if the follower does not follow
-// the author, -2 if the follower is inactive.
-var deliverScript = newPubScript(addCappedLua + `
+// Returns 1 if the post was added, 0 if it was there already, -1 if the
+// follower does not follow the author, -2 if the follower is inactive.
+var deliverScript = newPubScript(addTrimmedLua + `
 if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then
 	return -1
 end
@@ -53,7 +53,7 @@ local seen = redis.call('GET', KEYS[3])
 if seen and tonumber(seen) < tonumber(ARGV[7]) then
 	return -2
 end
-if addCapped(KEYS[1], tonumber(ARGV[4]), ARGV[1], ARGV[2]) == 0 then
+if addTrimmed(KEYS[1], tonumber(ARGV[4]), ARGV[1], ARGV[2], ARGV[8] == '1') == 0 then
 	return 0
 end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
@@ -67,7 +67,8 @@ return 1
 // or after the call), but without the cost of a script call per follower:
 // the seen times are read with one MGET and who listens to the home
 // channels with one PUBSUB NUMSUB, and only the follower's guard (the
-// author's score in their following set, the truth), the capped add and,
+// author's score in their following set, the truth), the add (and its
+// trim, for one follower in rawTrimEvery) and,
 // for a follower listened to, the announce are commands of their own. A
 // Redis Cluster keeps deliverScript, one call per follower, since
 // followers' keys are in as many slots as there are followers.
@@ -97,6 +98,8 @@ return 1
 // ARGV[5] -> the added message
 // ARGV[6] -> the inactive cutoff, unix ms (0: none)
 // ARGV[6+i] -> the i-th follower's home channel
+// ARGV[7+n] -> a character for each follower in turn, "1" to trim the
+// follower's timeline back to its cap after the add (rawTrim), else "0"
 // KEYS[3n+1] -> for a call in the pipeline that ends its job, the job's
 // delivery mark, w:{fanout}:delivered:<entry id>, counted up once the
 // call's deliveries are all done (see finishFanOutLua)
@@ -110,10 +113,11 @@ return 1
 // end of a job whose deliveries it refused. Called with ARGV[1] "list", it
 // lists a carried job's post on the global timeline and counts the job's
 // mark (see listCarriedLua).
-var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + listCarriedLua + addCappedLua + `
+var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + listCarriedLua + addTrimmedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local n = math.floor(#KEYS / 3)
+local trims = ARGV[7 + n]
 local seen = {}
 if cutoff > 0 then
 	local keys = {}
@@ -137,7 +141,7 @@ local added = 0
 for i = 1, n do
 	if redis.call('ZSCORE', KEYS[3 * i - 1], author) then
 		local s = seen[i]
-		if not (s and tonumber(s) < cutoff) and addCapped(KEYS[3 * i - 2], cap, ARGV[1], ARGV[2]) == 1 then
+		if not (s and tonumber(s) < cutoff) and addTrimmed(KEYS[3 * i - 2], cap, ARGV[1], ARGV[2], string.byte(trims, i) == 49) == 1 then
 			if live[i] then
 				redis.call('PUBLISH', ARGV[6 + i], msg)
 			end
@@ -381,7 +385,7 @@ func deliveryNames(followers []string) []string {
 func deliverBatchArgs(sha string, followers []string, mark, seqText, postID, authorID string, homeCap int, added string, cutoff int64) []any {
 	n := len(followers)
 	names := deliveryNames(followers)
-	args := make([]any, 0, 4+len(names)+6)
+	args := make([]any, 0, 4+len(names)+7)
 	if mark == "" {
 		args = append(args, "evalsha", sha, 3*n)
 	} else {
@@ -397,7 +401,14 @@ func deliverBatchArgs(sha string, followers []string, mark, seqText, postID, aut
 	for i := range names[3*n:] {
 		args = append(args, &names[3*n+i])
 	}
-	return args
+	trims := make([]byte, n)
+	for i, f := range followers {
+		trims[i] = '0'
+		if rawTrim(f, seqText) {
+			trims[i] = '1'
+		}
+	}
+	return append(args, string(trims))
 }
 
 // queueEach queues on pipe an EVALSHA of deliverScript, whose SHA1 is sha,
@@ -408,8 +419,8 @@ func queueEach(ctx context.Context, pipe redis.Pipeliner, sha string, followers 
 	seqText, postID, authorID string, homeCap int, added string, cutoff int64) []*redis.Cmd {
 	n := len(followers)
 	names := deliveryNames(followers)
-	shared := [...]any{"evalsha", sha, 3, seqText, postID, authorID, homeCap, added, cutoff}
-	const width = 3 + 3 + 7 // EVALSHA sha numkeys, KEYS, ARGV
+	shared := [...]any{"evalsha", sha, 3, seqText, postID, authorID, homeCap, added, cutoff, "0", "1"}
+	const width = 3 + 3 + 8 // EVALSHA sha numkeys, KEYS, ARGV
 	all := make([]any, width*n)
 	cmds := make([]*redis.Cmd, n)
 	for i := range followers {
@@ -418,7 +429,10 @@ func queueEach(ctx context.Context, pipe redis.Pipeliner, sha string, followers 
 		args[3], args[4], args[5] = &names[3*i], &names[3*i+1], &names[3*i+2]
 		copy(args[6:], shared[3:7])
 		args[10] = &names[3*n+i]
-		args[11], args[12] = shared[7], shared[8]
+		args[11], args[12], args[13] = shared[7], shared[8], shared[9]
+		if rawTrim(followers[i], seqText) {
+			args[13] = shared[10]
+		}
 		cmds[i] = redis.NewCmd(ctx, args...)
 		cmds[i].SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, cmds[i])

@@ -403,10 +403,10 @@
 //
 // listpack.go: a home timeline kept as a listpack takes a quarter of the
 // memory of a skiplist. Warble checks at start that Redis's limit allows
-// its cap and the slack of raw deliveries (homeSlack), the scripts that
-// write a home timeline never take it past its cap, not even for an
-// instant, and raw deliveries trim one add in rawTrimEvery, so that it
-// stays one. Readers never see past the cap (clampHome).
+// its cap and the slack of deliveries (homeSlack): a follower's
+// deliveries, raw or by script, trim one add in rawTrimEvery, and the
+// other scripts that write a home timeline never take it past its cap, so
+// that it stays one. Readers never see past the cap (clampHome).
 //
 // # Live timelines
 //

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warble/warble/internal/warble"
 )
 
 // unfollowBeforeDelivery is a go-redis hook that runs an unfollow to its
@@ -65,7 +67,8 @@ func (h *unfollowBeforeDelivery) delivers(cmds []redis.Cmder) bool {
 // before the batch landed, gets nothing, nor does one whose unfollow has
 // taken only its first step (the following set, the truth), whom the
 // followers set still lists; an inactive one is skipped; a home that holds the post already is not written nor announced
-// again; a full home drops its oldest post; and the post is announced on
+// again; a full home drops its oldest post at the delivery's trim (one in
+// rawTrimEvery); and the post is announced on
 // the home channel of every follower it was delivered to, and of no other.
 func TestFanOutBatchGuards(t *testing.T) {
 	const homeCap = 5
@@ -160,7 +163,7 @@ func TestFanOutBatchGuards(t *testing.T) {
 	if !race.fired.Load() {
 		t.Fatal("no delivery to the racing follower was seen")
 	}
-	want := 0
+	want, trimmed := 0, 0
 	for i, f := range followers {
 		k := kind(i)
 		home, err := db.client.ZRangeWithScores(ctx, homeKey(f), 0, -1).Result()
@@ -178,7 +181,13 @@ func TestFanOutBatchGuards(t *testing.T) {
 		case "holds it":
 			expect = []string{p.ID}
 		case "full":
-			expect = []string{"9:2", "9:3", "9:4", "9:5", p.ID}
+			// Trimmed back to the cap by one delivery in rawTrimEvery
+			// (addTrimmedLua), else one past it until a later one.
+			expect = []string{"9:1", "9:2", "9:3", "9:4", "9:5", p.ID}
+			if rawTrim(f, strconv.FormatInt(p.Seq, 10)) {
+				expect = expect[1:]
+				trimmed++
+			}
 		}
 		if !slices.Equal(ids, expect) {
 			t.Errorf("home of follower %s (%s) = %v, want %v", f, k, ids, expect)
@@ -189,6 +198,9 @@ func TestFanOutBatchGuards(t *testing.T) {
 	}
 	if got := delivered.Load(); got != int64(want) {
 		t.Errorf("fan-out counted %d deliveries, want %d", got, want)
+	}
+	if trimmed == 0 {
+		t.Error("no full home was trimmed: the test checks no trim")
 	}
 
 	// A marker after the fan-out on each channel: what came before it is
@@ -217,38 +229,60 @@ func TestFanOutBatchGuards(t *testing.T) {
 	}
 }
 
-// TestFanOutBatchKeepsListpacks: with zset-max-listpack-entries equal to
-// the home cap, delivery of a batch to full home timelines leaves each a
-// listpack, which Redis would have converted for good had the timeline
-// held one entry more than the cap for an instant.
+// TestFanOutBatchKeepsListpacks: with zset-max-listpack-entries at the
+// home cap plus homeSlack, as CheckListpack asks, the guarded batch's
+// deliveries to full home timelines leave each a listpack holding what
+// the trim rule says (a trim back to the cap at one delivery in
+// rawTrimEvery, rawTrim's choice), whose newest cap entries are the
+// newest posts.
 func TestFanOutBatchKeepsListpacks(t *testing.T) {
 	const homeCap = 8
 	db, client, _ := newListpackTestDB(t, Options{AsyncFanOut: true, HomeCap: homeCap})
-	setListpackLimits(t, client, homeCap, 64)
+	setListpackLimits(t, client, homeCap+homeSlack, 64)
 	// The guarded batch is what this is about: the jobs that
-	// mustCreatePost runs would deliver raw to 300 followers, which trim
-	// now and then and need the listpack limit that CheckListpack asks
-	// for (the cap + homeSlack).
+	// mustCreatePost runs would deliver raw to 300 followers.
 	db.rawFrom = math.MaxInt
 	ctx := context.Background()
 	ada := mustSignup(t, db, "ada").ID
 	followers := manyFollowers(t, db, ada, 300)
-	var posts []string
-	for i := range homeCap + 3 {
+	var posts []*warble.Post
+	for i := range 5 * homeCap {
 		p := mustCreatePost(t, db, ada, "post "+strconv.Itoa(i))
 		if err := db.fanOut(ctx, ada, p.Seq, p.ID, startCursor, fanOutChunk, noSave); err != nil {
 			t.Fatal(err)
 		}
-		posts = append(posts, p.ID)
+		posts = append(posts, p)
 	}
+	pastCap := 0
 	for _, f := range []string{followers[0], followers[255], followers[299]} {
-		if got, want := zsetIDs(t, db, homeKey(f)), posts[3:]; !slices.Equal(got, want) {
+		got, want := zsetIDs(t, db, homeKey(f)), trimmedHome(f, posts, homeCap)
+		if !slices.Equal(got, want) {
 			t.Errorf("home of %s = %v, want %v", f, got, want)
+		}
+		if len(got) > homeCap {
+			pastCap++
 		}
 		if enc := encoding(t, db, homeKey(f)); enc != "listpack" {
 			t.Errorf("home of %s is a %s, want a listpack", f, enc)
 		}
 	}
+	if pastCap == 0 {
+		t.Error("no home was past its cap between trims: the test checks no slack")
+	}
+}
+
+// trimmedHome returns the home timeline of follower, oldest first, that
+// deliveries of posts in turn leave on an empty one: each adds its post
+// and, when rawTrim chooses the pair, trims back to the newest homeCap.
+func trimmedHome(follower string, posts []*warble.Post, homeCap int) []string {
+	var home []string
+	for _, p := range posts {
+		home = append(home, p.ID)
+		if rawTrim(follower, strconv.FormatInt(p.Seq, 10)) {
+			home = home[max(0, len(home)-homeCap):]
+		}
+	}
+	return home
 }
 
 // TestDeliveryNames: the names fan-out builds for a batch of followers, in

@@ -172,7 +172,7 @@ func TestFanOutResumedAfterDelete(t *testing.T) {
 	err = runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
 		for _, f := range second {
 			db.pub(deliverScript).EvalSha(ctx, pipe, []string{homeKey(f), followingKey(f), seenKey(f)},
-				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID), 0)
+				strconv.FormatInt(p.Seq, 10), p.ID, ada.ID, db.opts.HomeCap, homeChannel(f), encodeAdded(p.Seq, p.ID), 0, "0")
 		}
 	}, db.pub(deliverScript))
 	if err != nil {

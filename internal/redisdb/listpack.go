@@ -28,15 +28,17 @@ import (
 // skiplist costs O(log n). For a full home timeline that is about 16 µs
 // more of Redis per delivery, twice the time (BENCHMARKS.md).
 //
-// The scripts that write a home timeline keep it at its cap at every
-// moment (they trim before they add, see addCappedLua); raw deliveries
-// (rawdelivery.go) add with a plain ZADD and trim only one add in
+// A follower's deliveries, raw (rawdelivery.go) or by script
+// (addTrimmedLua), add with a plain ZADD and trim only one add in
 // rawTrimEvery, so a home timeline may be up to homeSlack entries past its
-// cap in between, which readers do not see (clampHome). So Warble asks for
-// a limit of HomeCap + homeSlack, which keeps every home timeline a
-// listpack but for a run of homeSlack raw adds with no trim, about 4e-8 of
-// them; a timeline that passes the limit is a skiplist for good (until a
-// rewrite, addAllCapped's or a rebuild's).
+// cap in between, which readers do not see (clampHome). The other scripts
+// that write a home timeline (an author's own post, a follow's backfill, a
+// rebuild) keep it at its cap (they trim before they add, see
+// addCappedLua). So Warble asks for a limit of HomeCap + homeSlack, which
+// keeps every home timeline a listpack but for a run of homeSlack
+// deliveries with no trim, about 4e-8 of them; a timeline that passes the
+// limit is a skiplist for good (until a rewrite, addAllCapped's or a
+// rebuild's).
 //
 // The global timeline is left to become a skiplist: it is one key, so a
 // listpack would save about 100 KB in all, while every post writes it and
@@ -83,6 +85,11 @@ func (c ListpackCheck) Short() bool {
 	return false
 }
 
+// ListpackEntries is the zset-max-listpack-entries that keeps home
+// timelines of homeCap compact: the cap plus the slack of deliveries'
+// amortized trim (homeSlack).
+func ListpackEntries(homeCap int) int { return homeCap + homeSlack }
+
 // CheckListpack reads zset-max-listpack-entries and -value on every server
 // (each master and replica of a Redis Cluster: a replica applies the
 // writes it is sent under its own settings, and becomes a master at a
@@ -93,7 +100,7 @@ func (c ListpackCheck) Short() bool {
 // server is short, and that it could not check where a server refuses
 // CONFIG, as managed Redis services may; neither stops Warble.
 func (db *DB) CheckListpack(ctx context.Context, set bool) ListpackCheck {
-	wantEntries, wantValue := int64(db.opts.HomeCap+homeSlack), int64(maxTimelineMember)
+	wantEntries, wantValue := int64(ListpackEntries(db.opts.HomeCap)), int64(maxTimelineMember)
 	check := ListpackCheck{WantEntries: wantEntries, WantValue: wantValue}
 	var mu sync.Mutex // guards check.Nodes, which the servers' goroutines fill
 	inspect := func(ctx context.Context, node *redis.Client) error {
@@ -218,8 +225,36 @@ func (db *DB) logListpackCheck(ctx context.Context, check ListpackCheck, set boo
 func listpackKB(entries int64) int64 { return (entries*288 + 5000) / 10000 }
 func skiplistKB(entries int64) int64 { return (entries*1263 + 5000) / 10000 }
 
+// addTrimmedLua defines addTrimmed(key, cap, score, member, trim), the add
+// of one post to a home timeline by a guarded delivery (deliverScript,
+// deliverBatchScript): a plain ZADD, then, when trim, a trim back to the
+// newest cap entries. The caller passes trim for about one delivery in
+// rawTrimEvery, chosen by rawTrim as raw deliveries choose theirs, so that
+// every delivery, raw or guarded, keeps to homeSlack's argument and the
+// listpack limit that CheckListpack asks for. Pages read only the top, and
+// readers clamp a timeline to its cap (FindTimeline), so the entries past
+// it in between are memory only. Against addCapped, which read the set's
+// length (and, when full, its newest and its floor) before every add, this
+// is one command a delivery, and an eighth of a trim (BENCHMARKS.md,
+// "Guarded deliveries trimmed as raw ones are").
+//
+// It returns 1 if it added the entry, 0 if the set held it already. An
+// entry older than everything the cap keeps (a delivery of an old post to
+// a full timeline, after a long delay) is added all the same, and falls to
+// the next trim; readers never see it, as they never see an entry past the
+// cap.
+const addTrimmedLua = `
+local function addTrimmed(key, cap, score, member, trim)
+	local added = redis.call('ZADD', key, score, member)
+	if trim then
+		redis.call('ZREMRANGEBYRANK', key, 0, -cap - 1)
+	end
+	return added
+end
+`
+
 // addCappedLua defines two Lua functions for the scripts that write a home
-// timeline. Both add to a sorted set capped at cap entries without making
+// timeline other than a follower's delivery (addTrimmedLua). Both add to a sorted set capped at cap entries without making
 // it hold more than cap even for an instant, so that a listpack sized to
 // the cap stays one.
 //

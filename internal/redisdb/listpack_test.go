@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
 )
 
 // forEachNode calls fn on every server behind c: each node of a cluster,
@@ -76,32 +77,40 @@ func encoding(tb testing.TB, db *DB, key string) string {
 	return enc
 }
 
-// TestHomeTimelinesStayListpacks: with zset-max-listpack-entries equal to
-// the home cap, every way a home timeline is written (own posts, fan-out,
-// the backfill of a follow, the rebuild of a returning user) keeps it a
-// listpack holding the newest HomeCap posts, while the global timeline
-// becomes a skiplist once full. A home that was a skiplist becomes a
-// listpack when a follow rewrites it.
+// TestHomeTimelinesStayListpacks: with zset-max-listpack-entries at the
+// home cap plus homeSlack, as CheckListpack asks, every way a home
+// timeline is written (own posts, fan-out, the backfill of a follow, the
+// rebuild of a returning user) keeps it a listpack holding the newest
+// HomeCap posts (fan-out's deliveries, past the cap between their trims,
+// as the trim rule says), while the global timeline becomes a skiplist
+// once full. A home that was a skiplist becomes a listpack when a follow
+// rewrites it.
 func TestHomeTimelinesStayListpacks(t *testing.T) {
 	const homeCap = 10
-	db, client, _ := newListpackTestDB(t, Options{HomeCap: homeCap, GlobalCap: homeCap})
-	setListpackLimits(t, client, homeCap, 64)
+	const limit = homeCap + homeSlack
+	db, client, _ := newListpackTestDB(t, Options{HomeCap: homeCap, GlobalCap: limit})
+	setListpackLimits(t, client, limit, 64)
 	ada := mustSignup(t, db, "ada").ID
 	bob := mustSignup(t, db, "bob").ID
 	cy := mustSignup(t, db, "cyd").ID
 	mustFollow(t, db, bob, ada)
 
 	var adas, cys, bobs []string
-	for i := range 2 * homeCap {
-		adas = append(adas, mustCreatePost(t, db, ada, "ada "+strconv.Itoa(i)).ID)
+	var adaPosts []*warble.Post
+	for i := range limit + 1 {
+		p := mustCreatePost(t, db, ada, "ada "+strconv.Itoa(i))
+		adas, adaPosts = append(adas, p.ID), append(adaPosts, p)
 	}
 	newest := func(ids []string) []string { return ids[max(0, len(ids)-homeCap):] }
-	if got := zsetIDs(t, db, homeKey(bob)); !slices.Equal(got, newest(adas)) {
-		t.Fatalf("bob's home after fan-out = %v, want %v", got, newest(adas))
+	if got := zsetIDs(t, db, homeKey(ada)); !slices.Equal(got, newest(adas)) {
+		t.Fatalf("ada's own home = %v, want %v", got, newest(adas))
+	}
+	if got, want := zsetIDs(t, db, homeKey(bob)), trimmedHome(bob, adaPosts, homeCap); !slices.Equal(got, want) {
+		t.Fatalf("bob's home after fan-out = %v, want %v", got, want)
 	}
 	for _, u := range []string{ada, bob} {
 		if enc := encoding(t, db, homeKey(u)); enc != "listpack" {
-			t.Errorf("home of %s after %d posts is a %s, want a listpack", u, 2*homeCap, enc)
+			t.Errorf("home of %s after %d posts is a %s, want a listpack", u, limit+1, enc)
 		}
 	}
 	if enc := encoding(t, db, globalKey); enc != "skiplist" {
@@ -131,7 +140,7 @@ func TestHomeTimelinesStayListpacks(t *testing.T) {
 	if enc := encoding(t, db, homeKey(dee)); enc != "skiplist" {
 		t.Fatalf("dee's home under a limit of 4 is a %s, want a skiplist", enc)
 	}
-	setListpackLimits(t, client, homeCap, 64)
+	setListpackLimits(t, client, limit, 64)
 	mustCreatePost(t, db, ada, "one more")
 	if enc := encoding(t, db, homeKey(dee)); enc != "skiplist" {
 		t.Fatalf("dee's home after a delivery is a %s; Redis never converts back, so this test means nothing", enc)

@@ -112,14 +112,20 @@ func TestCreatePostCaps(t *testing.T) {
 	bob := mustSignup(t, db, "bob")
 	mustFollow(t, db, bob.ID, ada.ID)
 	var ids []string
+	var posts []*warble.Post
 	for i := range 12 {
-		ids = append(ids, mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i)).ID)
+		p := mustCreatePost(t, db, ada.ID, "post "+strconv.Itoa(i))
+		ids, posts = append(ids, p.ID), append(posts, p)
 	}
 	newest := ids[len(ids)-5:]
-	for _, key := range []string{homeKey(ada.ID), homeKey(bob.ID), globalKey} {
+	for _, key := range []string{homeKey(ada.ID), globalKey} {
 		if got := zsetIDs(t, db, key); !slices.Equal(got, newest) {
 			t.Errorf("%s = %v, want the newest 5 %v", key, got, newest)
 		}
+	}
+	// A follower's deliveries trim at one in rawTrimEvery (addTrimmedLua).
+	if got, want := zsetIDs(t, db, homeKey(bob.ID)), trimmedHome(bob.ID, posts, 5); !slices.Equal(got, want) {
+		t.Errorf("bob's home = %v, want %v", got, want)
 	}
 	if got := zsetIDs(t, db, postsKey(ada.ID)); !slices.Equal(got, ids) {
 		t.Errorf("posts = %v, want all 12 (never capped)", got)
