@@ -445,17 +445,28 @@ func (c *wsClient) nextEvent(id string) timelineEvent {
 	if m.ID != id || (m.Type != "next" && m.Type != "data") {
 		c.t.Fatalf("got %s %s %s, want an event of %s", m.Type, m.ID, m.Payload, id)
 	}
+	return eventOf(c.t, m)
+}
+
+// eventOf returns the timeline event that m carries, failing t when m is
+// an event with errors or none; a message that is not an event gives the
+// zero event.
+func eventOf(t testing.TB, m wsMessage) timelineEvent {
+	t.Helper()
+	if m.Type != "next" && m.Type != "data" {
+		return timelineEvent{}
+	}
 	var p struct {
 		Data   map[string]timelineEvent
 		Errors []gqlError
 	}
 	if err := json.Unmarshal(m.Payload, &p); err != nil || len(p.Errors) > 0 {
-		c.t.Fatalf("event payload %s: %v", m.Payload, err)
+		t.Fatalf("event payload %s: %v", m.Payload, err)
 	}
 	for _, ev := range p.Data {
 		return ev
 	}
-	c.t.Fatalf("event payload %s has no data", m.Payload)
+	t.Fatalf("event payload %s has no data", m.Payload)
 	return timelineEvent{}
 }
 
