@@ -55,8 +55,10 @@ func AuthMiddleware(next http.Handler) http.Handler {
 
 // authenticate checks an Authorization value ("Bearer <token>") and returns
 // ctx with the user and session. With home set, it asks for the viewer's
-// home page to be read with the session (see AuthenticateForHome).
-func authenticate(ctx context.Context, auth warble.AuthService, header string, home *warble.PageArgs) (context.Context, error) {
+// home page to be read with the session (see AuthenticateForHome); with
+// post, for the seq of the viewer's new post to be taken with it (see
+// AuthenticateForPost).
+func authenticate(ctx context.Context, auth warble.AuthService, header string, home *warble.PageArgs, post bool) (context.Context, error) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return ctx, warble.Errorf(warble.EUNAUTHENTICATED, `Authorization must be "Bearer <token>".`)
@@ -65,9 +67,12 @@ func authenticate(ctx context.Context, auth warble.AuthService, header string, h
 	var u *warble.User
 	var s *warble.Session
 	var err error
-	if home != nil {
+	switch {
+	case home != nil:
 		ctx, u, s, err = auth.AuthenticateForHome(ctx, token, *home)
-	} else {
+	case post:
+		ctx, u, s, err = auth.AuthenticateForPost(ctx, token)
+	default:
 		u, s, err = auth.Authenticate(ctx, token)
 	}
 	if err != nil {
@@ -91,11 +96,12 @@ func authOperation(r *Resolver, present graphql.ErrorPresenterFunc) graphql.Oper
 		if header == "" {
 			return next(ctx)
 		}
+		oc := graphql.GetOperationContext(ctx)
 		var home *warble.PageArgs
-		if page, ok := homePage(graphql.GetOperationContext(ctx)); ok {
+		if page, ok := homePage(oc); ok {
 			home = &page
 		}
-		authCtx, err := authenticate(ctx, r.Auth, header, home)
+		authCtx, err := authenticate(ctx, r.Auth, header, home, home == nil && onePost(oc))
 		if err != nil {
 			return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
 		}
@@ -142,6 +148,32 @@ func homePage(oc *graphql.OperationContext) (warble.PageArgs, bool) {
 	return warble.PageArgs{}, false
 }
 
+// mutationType is what a root field of a mutation satisfies.
+var mutationType = []string{"Mutation"}
+
+// onePost reports whether an operation is a mutation with one createPost
+// field, whose body is one that CreatePost takes: its seq may then be
+// taken with the session (AuthenticateForPost). A body that CreatePost
+// would refuse, or a second post, gets no seq ahead, so that a refused
+// request takes none.
+func onePost(oc *graphql.OperationContext) bool {
+	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Mutation {
+		return false
+	}
+	posts, ok := 0, false
+	for _, f := range graphql.CollectFields(oc, oc.Operation.SelectionSet, mutationType) {
+		if f.Name != "createPost" {
+			continue
+		}
+		posts++
+		input, _ := f.ArgumentMap(oc.Variables)["input"].(map[string]any)
+		body, isString := input["body"].(string)
+		_, err := warble.NormalizePostBody(body)
+		ok = isString && err == nil
+	}
+	return posts == 1 && ok
+}
+
 // websocketInit authenticates a websocket from its connection_init payload
 // ({"Authorization": "Bearer <token>"}, key matched ignoring case), or, for
 // clients that can set headers on the handshake (browsers cannot), from the
@@ -160,7 +192,7 @@ func websocketInit(auth warble.AuthService, watcher SessionWatcher) func(context
 		if header == "" {
 			return ctx, nil
 		}
-		authCtx, err := authenticate(ctx, auth, header, nil)
+		authCtx, err := authenticate(ctx, auth, header, nil, false)
 		if err != nil && warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
 			// The token could not be checked (Redis is unreachable): not
 			// a verdict on the session, so a code that says to retry.

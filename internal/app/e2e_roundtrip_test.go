@@ -110,6 +110,65 @@ func TestSignedInRequestRoundTrips(t *testing.T) {
 	}
 }
 
+// TestCreatePostRoundTrips: on one Redis a signed-in createPost costs two
+// round trips, the session with the post's seq, then the step that stores
+// the post with its job; one when its body is refused, the session alone:
+// no seq is taken ahead for it, nor any after. (A Redis Cluster stores a
+// post by a chain of round trips, storeChained.)
+func TestCreatePostRoundTrips(t *testing.T) {
+	if redistest.OnCluster() {
+		t.Skip("a post's round trips on one Redis")
+	}
+	s := newTestServer(t, func(c *Config) { c.FanoutWorkers = 0 })
+	author := s.signup(t, "author")
+	s.post(t, author, "loads the scripts")
+	client := s.app.db.Client()
+	counter := &redistest.RoundTrips{}
+	client.AddHook(counter)
+	const mutation = `mutation($b: String!) { createPost(input: {body: $b}) { post { id body } } }`
+	before := counter.N()
+	var out struct {
+		CreatePost struct{ Post struct{ ID, Body string } }
+	}
+	s.mustQuery(t, author.Token, mutation, map[string]any{"b": "two round trips"}, &out)
+	if n := counter.N() - before; n != 2 {
+		t.Errorf("createPost: %d round trips, want 2", n)
+	}
+	if out.CreatePost.Post.Body != "two round trips" {
+		t.Errorf("createPost answered %+v", out.CreatePost)
+	}
+	seq, err := client.Get(context.Background(), "w:seq:post").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s:%d", author.ID, seq); out.CreatePost.Post.ID != want {
+		t.Errorf("post id %s, want %s: the seq taken with the session", out.CreatePost.Post.ID, want)
+	}
+	before = counter.N()
+	r := s.query(t, author.Token, mutation, map[string]any{"b": strings.Repeat("x", 1000)})
+	if r.code() != "BAD_USER_INPUT" {
+		t.Fatalf("a body too long: %+v, want BAD_USER_INPUT", r.Errors)
+	}
+	if n := counter.N() - before; n != 1 {
+		t.Errorf("a refused createPost: %d round trips, want 1 (the session alone)", n)
+	}
+	if after, _ := client.Get(context.Background(), "w:seq:post").Int64(); after != seq {
+		t.Errorf("a refused createPost moved the seq from %d to %d", seq, after)
+	}
+	// Two posts in one mutation: none ahead; each draws its own seq.
+	before = counter.N()
+	var two struct {
+		A, B struct{ Post struct{ ID string } }
+	}
+	s.mustQuery(t, author.Token, `mutation { a: createPost(input: {body: "one"}) { post { id } } b: createPost(input: {body: "two"}) { post { id } } }`, nil, &two)
+	if n := counter.N() - before; n != 5 {
+		t.Errorf("two createPosts: %d round trips, want 5 (the session, then a seq and a step each)", n)
+	}
+	if want := []string{fmt.Sprintf("%s:%d", author.ID, seq+1), fmt.Sprintf("%s:%d", author.ID, seq+2)}; two.A.Post.ID != want[0] || two.B.Post.ID != want[1] {
+		t.Errorf("two createPosts made %s and %s, want %v", two.A.Post.ID, two.B.Post.ID, want)
+	}
+}
+
 // TestHomePageRoundTrips checks that a signed-in home page costs two Redis
 // round trips: the session read with the range read of the home timeline,
 // then the posts with their authors. It was three, the range read on its

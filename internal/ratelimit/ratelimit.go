@@ -38,6 +38,15 @@ func (a Auth) Signup(ctx context.Context, in warble.SignupInput) (*warble.AuthPa
 	return a.AuthService.Signup(ctx, in)
 }
 
+// AuthenticateForPost implements warble.AuthService as Authenticate:
+// with limits, a post's limit (Posts) is taken between the session and the
+// post's seq, and a post the limit refuses must not have taken a seq, so
+// none is taken ahead with the session.
+func (a Auth) AuthenticateForPost(ctx context.Context, token string) (context.Context, *warble.User, *warble.Session, error) {
+	u, s, err := a.AuthService.Authenticate(ctx, token)
+	return ctx, u, s, err
+}
+
 // Login implements warble.AuthService. Only wrong passwords count, and
 // they are checked for before the password is, so that a guesser who is
 // over the limit learns nothing from further tries. A username that does

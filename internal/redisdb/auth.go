@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -333,7 +334,7 @@ func (s *AuthService) pruneSessions(ctx context.Context, userID string) {
 
 // Authenticate implements warble.AuthService (see authenticate).
 func (s *AuthService) Authenticate(ctx context.Context, token string) (*warble.User, *warble.Session, error) {
-	u, sess, _, err := s.authenticate(ctx, token, nil)
+	u, sess, _, _, err := s.authenticate(ctx, token, nil, false)
 	return u, sess, err
 }
 
@@ -359,7 +360,7 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 			args = &a
 		}
 	}
-	u, sess, ahead, err := s.authenticate(ctx, token, args)
+	u, sess, ahead, _, err := s.authenticate(ctx, token, args, false)
 	if err != nil {
 		return ctx, nil, nil, err
 	}
@@ -369,10 +370,39 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 	return ctx, u, sess, nil
 }
 
+// AuthenticateForPost implements warble.AuthService. A signed-in
+// createPost took three round trips one after the other: the session, the
+// post's seq (INCR), and the atomic step that stores the post. On one
+// Redis, where a script may declare keys of any slot, the seq is taken in
+// the session's pipeline, by reserveSeqScript, which takes it only if the
+// session and its user are there: a wrong token sends the same commands
+// as a right one and writes nothing. The seq is in the returned context
+// (seqAhead), for CreatePost to take in place of its INCR: two round trips.
+// On a Redis Cluster, where the seq is in a slot of its own, this is
+// Authenticate.
+//
+// A reserved seq that no post takes (the request fails after its
+// authentication, or its client goes away) is a gap in the seqs, as a
+// post whose atomic step fails leaves one; the graph layer asks for it only
+// for a createPost whose body is valid, so that a refused body leaves
+// none.
+func (s *AuthService) AuthenticateForPost(ctx context.Context, token string) (context.Context, *warble.User, *warble.Session, error) {
+	u, sess, _, seq, err := s.authenticate(ctx, token, nil, !s.db.chainedPosts)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	if seq > 0 {
+		ctx = context.WithValue(ctx, seqAheadKey{}, &seqAhead{userID: u.ID, seq: seq})
+	}
+	return ctx, u, sess, nil
+}
+
 // authenticate is Authenticate, and with home set, the range read of the
 // user's home timeline with those arguments in the same round trip: its
 // ids are returned when the session is good, the read answered, and the
-// timeline cannot have been rebuilt since (nil otherwise).
+// timeline cannot have been rebuilt since (nil otherwise). With reserve, a
+// post seq is taken in the same round trip if the session is good
+// (reserveSeqScript), and returned (0 otherwise).
 //
 // The session's expiry slides with use; it is written at most once per
 // sessionSlack, in a second round trip, so that most requests cost one
@@ -387,19 +417,22 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 // user it names exists, and gets the same answer: the session is looked up
 // by the hash of the whole token, so no secret is compared byte by byte,
 // and nothing is cut short when the user is unknown.
-func (s *AuthService) authenticate(ctx context.Context, token string, home *redis.ZRangeArgs) (*warble.User, *warble.Session, *homeAhead, error) {
+func (s *AuthService) authenticate(ctx context.Context, token string, home *redis.ZRangeArgs, reserve bool) (*warble.User, *warble.Session, *homeAhead, int64, error) {
 	userID, ok := parseToken(token)
 	if !ok {
-		return nil, nil, nil, errSessionExpired
+		return nil, nil, nil, 0, errSessionExpired
 	} else if userID == "" {
 		u, sess, err := s.authenticateLegacy(ctx, token)
-		return u, sess, nil, err
+		return u, sess, nil, 0, err
 	}
 	tokenHash := hashToken(token)
 	key := sessionKeyOf(tokenHash)
 	uKey := userKey(userID)
 	r := newSessionRead(ctx, key, uKey)
 	r.homeArgs = home
+	if reserve && s.loadReserveSeq(ctx, false) {
+		r.seq = redis.NewCmd(ctx, "evalsha", reserveSeqScript.Hash(), 3, key, uKey, postSeqKey)
+	}
 	err := s.reads.read(ctx, uKey, r)
 	if err == nil {
 		err = r.left.Err()
@@ -408,22 +441,22 @@ func (s *AuthService) authenticate(ctx context.Context, token string, home *redi
 		err = r.fields.Err()
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("authenticate: %w", err)
+		return nil, nil, nil, 0, fmt.Errorf("authenticate: %w", err)
 	}
 	left := r.left
 	if left.Val() < 0 { // -2: no such session; -1 cannot happen, sessions always expire
-		return nil, nil, nil, errSessionExpired
+		return nil, nil, nil, 0, errSessionExpired
 	}
 	vals := r.fields.Val()
 	username, _ := vals[0].(string)
 	if username == "" {
-		return nil, nil, nil, errSessionExpired // a session of a user who is gone
+		return nil, nil, nil, 0, errSessionExpired // a session of a user who is gone
 	}
 	expiresIn := left.Val()
 	if ttl := s.db.opts.SessionTTL; expiresIn < ttl-sessionSlack(ttl) {
 		// PEXPIRE of a session revoked meanwhile does nothing.
 		if err := s.db.client.PExpire(ctx, key, ttl).Err(); err != nil {
-			return nil, nil, nil, fmt.Errorf("authenticate: %w", err)
+			return nil, nil, nil, 0, fmt.Errorf("authenticate: %w", err)
 		}
 		expiresIn = ttl
 	}
@@ -440,7 +473,77 @@ func (s *AuthService) authenticate(ctx context.Context, token string, home *redi
 	displayName, _ := vals[1].(string)
 	createdAt, _ := vals[2].(string)
 	u := &warble.User{ID: userID, Username: username, DisplayName: displayName, CreatedAt: msTime(createdAt)}
-	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, ahead, nil
+	return u, &warble.Session{TokenHash: tokenHash, UserID: userID, ExpiresAt: s.db.now().Add(expiresIn)}, ahead, s.reservedSeq(ctx, r), nil
+}
+
+// reservedSeq returns the seq that r's reserveSeqScript took, or 0 if it
+// took none or was not asked. A Redis that lost its scripts answers
+// NOSCRIPT, and took none: the script is loaded again for the next
+// request, and CreatePost takes a seq of its own.
+func (s *AuthService) reservedSeq(ctx context.Context, r *sessionRead) int64 {
+	if r.seq == nil {
+		return 0
+	}
+	seq, err := r.seq.Int64()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		s.loadReserveSeq(ctx, true)
+	}
+	if err != nil {
+		return 0
+	}
+	return seq
+}
+
+// loadReserveSeq loads reserveSeqScript at its first use in this process,
+// or again with force, and reports whether Redis has it: a session read
+// sends it by EVALSHA in a pipeline that other requests share, where a
+// NOSCRIPT could not be answered by running the pipeline again.
+func (s *AuthService) loadReserveSeq(ctx context.Context, force bool) bool {
+	if _, ok := scriptLoads.Load(reserveSeqScript); ok && !force {
+		return true
+	}
+	if err := reserveSeqScript.Load(ctx, s.db.client).Err(); err != nil {
+		s.db.log.WarnContext(ctx, "load the script that reserves post seqs", "err", err)
+		return false
+	}
+	scriptLoads.Store(reserveSeqScript, struct{}{})
+	return true
+}
+
+// reserveSeqScript takes the next post seq (INCR) if the session exists
+// and so does its user, as authenticate would find them: for
+// AuthenticateForPost, in the session's pipeline, after its reads. On one
+// Redis only: its keys are in three slots.
+//
+// KEYS[1] -> w:u:{<user>}:session:<token hash>
+// KEYS[2] -> w:u:{<user>}
+// KEYS[3] -> w:seq:post
+//
+// Returns the seq, or 0 if it took none.
+var reserveSeqScript = redis.NewScript(`
+if redis.call('PTTL', KEYS[1]) >= 0 and redis.call('HEXISTS', KEYS[2], 'username') == 1 then
+	return redis.call('INCR', KEYS[3])
+end
+return 0
+`)
+
+// seqAhead is a post seq that AuthenticateForPost reserved for userID's
+// next post, which CreatePost takes once (take).
+type seqAhead struct {
+	userID string
+	seq    int64
+	taken  atomic.Bool
+}
+
+type seqAheadKey struct{}
+
+// takeSeqAhead returns the seq that ctx carries for a post by userID, once.
+func takeSeqAhead(ctx context.Context, userID string) (int64, bool) {
+	a, _ := ctx.Value(seqAheadKey{}).(*seqAhead)
+	if a == nil || a.userID != userID || !a.taken.CompareAndSwap(false, true) {
+		return 0, false
+	}
+	return a.seq, true
 }
 
 // authenticateLegacy is Authenticate for a token of the old form: two round

@@ -64,6 +64,10 @@ type sessionRead struct {
 	homeArgs *redis.ZRangeArgs
 	home     *redis.StringSliceCmd
 	homeCard *redis.IntCmd // the home timeline's size, for the cap (see clampHome)
+
+	// seq, if set, is reserveSeqScript's EVALSHA, sent after the reads
+	// (see AuthService.AuthenticateForPost).
+	seq *redis.Cmd
 }
 
 // newSessionReads returns the session reads of client, with a queue per
@@ -217,6 +221,9 @@ func (s *sessionReads) execQueued(ctx context.Context, batch []*sessionRead) {
 				if r.homeCard != nil {
 					r.homeCard.SetErr(err)
 				}
+				if r.seq != nil {
+					r.seq.SetErr(err)
+				}
 			}
 		}
 	}()
@@ -238,6 +245,9 @@ func (s *sessionReads) exec(ctx context.Context, batch []*sessionRead) {
 			// very command that rangeFeed would send.
 			r.home = pipe.ZRangeArgs(ctx, *r.homeArgs)
 			r.homeCard = pipe.ZCard(ctx, r.homeArgs.Key)
+		}
+		if r.seq != nil {
+			_ = pipe.Process(ctx, r.seq)
 		}
 	}
 	_, _ = pipe.Exec(ctx)

@@ -788,3 +788,128 @@ func TestOldTokens(t *testing.T) {
 		t.Errorf("old token past its expiry: err = %v, want EUNAUTHENTICATED", err)
 	}
 }
+
+// TestAuthenticateForPost: on one Redis a good session's request takes
+// its post's seq with the session, in the one round trip, and CreatePost
+// takes it in place of its INCR: the post is one round trip more. The seq
+// is taken once, for the signed-in author only; a bad token, a revoked
+// session or a user who is gone takes none, and a Redis that lost the
+// script takes none once and has it again for the next request. On a
+// Redis Cluster nothing is taken ahead.
+func TestAuthenticateForPost(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{AsyncFanOut: true})
+	auth, posts := NewAuthService(db), NewPostService(db)
+	p := mustSignupSession(t, auth, "ada")
+	bob := mustSignupSession(t, auth, "bob")
+	mustCreatePost(t, db, p.User.ID, "loads the step's script")
+	seqNow := func() int64 {
+		t.Helper()
+		n, err := db.client.Get(ctx, postSeqKey).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	counter := &redistest.RoundTrips{}
+	db.client.AddHook(counter)
+	signedIn := func(token string) (context.Context, error) {
+		t.Helper()
+		c, u, _, err := auth.AuthenticateForPost(ctx, token)
+		if err == nil {
+			c = warble.NewContextWithUser(c, u)
+		}
+		return c, err
+	}
+	if _, err := signedIn(p.Token); err != nil { // loads the script
+		t.Fatal(err)
+	}
+
+	before, trips := seqNow(), counter.N()
+	c, err := signedIn(p.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.N() - trips; n != 1 {
+		t.Errorf("AuthenticateForPost: %d round trips, want 1", n)
+	}
+	want := before + 1
+	if db.onCluster() {
+		want = before // nothing taken ahead
+	}
+	if got := seqNow(); got != want {
+		t.Fatalf("seq after AuthenticateForPost = %d, want %d", got, want)
+	}
+	trips = counter.N()
+	first, err := posts.CreatePost(c, p.User.ID, "with the seq taken ahead")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Seq != before+1 {
+		t.Errorf("post seq %d, want %d", first.Seq, before+1)
+	}
+	if n := counter.N() - trips; !db.onCluster() && n != 1 {
+		t.Errorf("CreatePost with the seq taken ahead: %d round trips, want 1", n)
+	}
+	// Taken once: a second post with the same context draws its own.
+	second, err := posts.CreatePost(c, p.User.ID, "a second one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Seq != first.Seq+1 || seqNow() != first.Seq+1 {
+		t.Errorf("second post seq %d (counter %d), want %d", second.Seq, seqNow(), first.Seq+1)
+	}
+	// Only for the signed-in author.
+	c, err = signedIn(p.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok := takeSeqAhead(c, bob.User.ID); ok {
+		t.Errorf("bob took ada's seq %d", seq)
+	}
+	if db.onCluster() {
+		return
+	}
+	if seq, ok := takeSeqAhead(c, p.User.ID); !ok || seq != seqNow() {
+		t.Errorf("ada's seq ahead = %d, %v; want %d", seq, ok, seqNow())
+	}
+
+	// Nothing taken for a token that fails.
+	id, secret, _ := strings.Cut(p.Token, ".")
+	wrong := id + "." + strings.Repeat("A", len(secret))
+	revoked := mustSignupSession(t, auth, "cyd")
+	if err := auth.Logout(ctx, &warble.Session{TokenHash: hashToken(revoked.Token), UserID: revoked.User.ID}); err != nil {
+		t.Fatal(err)
+	}
+	gone := mustSignupSession(t, auth, "dee")
+	if err := db.client.HDel(ctx, userKey(gone.User.ID), "username").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, token := range map[string]string{"wrong": wrong, "revoked": revoked.Token, "user gone": gone.Token} {
+		before := seqNow()
+		if _, err := signedIn(token); warble.ErrorCode(err) != warble.EUNAUTHENTICATED {
+			t.Errorf("%s token: %v, want EUNAUTHENTICATED", name, err)
+		}
+		if got := seqNow(); got != before {
+			t.Errorf("%s token moved the seq from %d to %d", name, before, got)
+		}
+	}
+
+	// A Redis that lost its scripts: none taken, and the next has it.
+	if err := db.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = seqNow()
+	if c, err = signedIn(p.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := takeSeqAhead(c, p.User.ID); ok || seqNow() != before {
+		t.Errorf("after SCRIPT FLUSH: a seq taken ahead (counter %d, was %d)", seqNow(), before)
+	}
+	if c, err = signedIn(p.Token); err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok := takeSeqAhead(c, p.User.ID); !ok || seq != before+1 {
+		t.Errorf("the request after: seq ahead %d, %v; want %d", seq, ok, before+1)
+	}
+}

@@ -285,7 +285,7 @@ var errUndelivered = errors.New("deliveries not all done; the job stays pending"
 // Redis, never on a Redis Cluster, with keys of many hash slots, for tests
 // that check every other script keeps to one slot.
 func OneRedisScripts() []string {
-	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash()}
+	return []string{deliverBatchScript.classic.Hash(), createPostOneRedisScript.classic.Hash(), reserveSeqScript.Hash()}
 }
 
 // deliverBatch is how many followers one call of deliverBatchScript

@@ -263,7 +263,13 @@ func (s *PostService) CreatePost(ctx context.Context, authorID, body string) (*w
 	if u := warble.UserFromContext(ctx); u != nil && u.ID == authorID {
 		signedIn := *u
 		author = &signedIn
-		seqCmd = s.db.client.Incr(ctx, postSeqKey)
+		if seq, ok := takeSeqAhead(ctx, authorID); ok {
+			// Taken with the session (AuthService.AuthenticateForPost).
+			seqCmd = redis.NewIntCmd(ctx)
+			seqCmd.SetVal(seq)
+		} else {
+			seqCmd = s.db.client.Incr(ctx, postSeqKey)
+		}
 	} else {
 		_, readErr = s.db.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			seqCmd = pipe.Incr(ctx, postSeqKey)

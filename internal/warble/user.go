@@ -173,6 +173,14 @@ type AuthService interface {
 	// other. Nothing is carried unless the session is good.
 	AuthenticateForHome(ctx context.Context, token string, page PageArgs) (context.Context, *User, *Session, error)
 
+	// AuthenticateForPost is Authenticate for a request about to create one
+	// post by its viewer. It may reserve the post's sequence number with
+	// the session: the returned context carries it, and
+	// PostService.CreatePost takes it for the first post by that viewer
+	// made with that context, and draws its own for any other. Nothing is
+	// reserved unless the session is good.
+	AuthenticateForPost(ctx context.Context, token string) (context.Context, *User, *Session, error)
+
 	// SessionExpiry returns when the session with tokenHash expires, without
 	// counting as a use, or EUNAUTHENTICATED if it has expired or was revoked.
 	SessionExpiry(ctx context.Context, tokenHash string) (time.Time, error)
