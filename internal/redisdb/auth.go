@@ -499,14 +499,10 @@ func (s *AuthService) reservedSeq(ctx context.Context, r *sessionRead) int64 {
 // sends it by EVALSHA in a pipeline that other requests share, where a
 // NOSCRIPT could not be answered by running the pipeline again.
 func (s *AuthService) loadReserveSeq(ctx context.Context, force bool) bool {
-	if _, ok := scriptLoads.Load(reserveSeqScript); ok && !force {
-		return true
-	}
-	if err := reserveSeqScript.Load(ctx, s.db.client).Err(); err != nil {
+	if err := s.db.loadScript(ctx, reserveSeqScript, force); err != nil {
 		s.db.log.WarnContext(ctx, "load the script that reserves post seqs", "err", err)
 		return false
 	}
-	scriptLoads.Store(reserveSeqScript, struct{}{})
 	return true
 }
 

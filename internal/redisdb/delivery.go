@@ -401,14 +401,21 @@ func deliverBatchArgs(sha string, followers []string, mark, seqText, postID, aut
 	for i := range names[3*n:] {
 		args = append(args, &names[3*n+i])
 	}
-	trims := make([]byte, n)
+	return append(args, trimFlags(followers, seqText))
+}
+
+// trimFlags is deliverBatchScript's last argument for followers: a
+// character for each, "1" where rawTrim chooses to trim their timeline
+// after the add of the post of seqText, else "0".
+func trimFlags(followers []string, seqText string) string {
+	trims := make([]byte, len(followers))
 	for i, f := range followers {
 		trims[i] = '0'
 		if rawTrim(f, seqText) {
 			trims[i] = '1'
 		}
 	}
-	return append(args, string(trims))
+	return string(trims)
 }
 
 // queueEach queues on pipe an EVALSHA of deliverScript, whose SHA1 is sha,

@@ -254,9 +254,9 @@ end
 `
 
 // addCappedLua defines two Lua functions for the scripts that write a home
-// timeline other than a follower's delivery (addTrimmedLua). Both add to a sorted set capped at cap entries without making
-// it hold more than cap even for an instant, so that a listpack sized to
-// the cap stays one.
+// timeline other than a follower's delivery (addTrimmedLua). Both add to a
+// sorted set capped at cap entries without making it hold more than cap
+// even for an instant, so that a listpack sized to the cap stays one.
 //
 // addCapped(key, cap, score, member) adds one entry, first trimming the
 // oldest if the set is full, down to the cap with the entry (raw

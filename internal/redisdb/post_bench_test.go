@@ -108,13 +108,11 @@ func BenchmarkSmallPost(b *testing.B) {
 				id := author.ID + ":" + strconv.FormatInt(seq, 10)
 				keys := make([]string, 0, 3*len(fans))
 				args := []any{seq, id, author.ID, db.opts.HomeCap, encodeAdded(seq, id), db.inactiveCutoff()}
-				trims := ""
 				for _, f := range fans {
 					keys = append(keys, homeKey(f), followingKey(f), seenKey(f))
 					args = append(args, homeChannel(f))
-					trims += map[bool]string{false: "0", true: "1"}[rawTrim(f, strconv.FormatInt(seq, 10))]
 				}
-				args = append(args, trims)
+				args = append(args, trimFlags(fans, strconv.FormatInt(seq, 10)))
 				if err := runScript(ctx, db.client, script, keys, args...).Err(); err != nil {
 					b.Fatal(err)
 				}
