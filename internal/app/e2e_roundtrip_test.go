@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warble/warble/internal/redistest"
+	"github.com/warble/warble/internal/warble"
 )
 
 // TestRoundTripsDoNotGrowWithThePage checks that a home timeline page with
@@ -166,6 +167,66 @@ func TestCreatePostRoundTrips(t *testing.T) {
 	}
 	if want := []string{fmt.Sprintf("%s:%d", author.ID, seq+1), fmt.Sprintf("%s:%d", author.ID, seq+2)}; two.A.Post.ID != want[0] || two.B.Post.ID != want[1] {
 		t.Errorf("two createPosts made %s and %s, want %v", two.A.Post.ID, two.B.Post.ID, want)
+	}
+}
+
+// TestCreatePostRoundTripsWithLimits: with rate limits on (the default),
+// a signed-in createPost costs three round trips, the session with the
+// post's seq, the post's limit, and the step. A post that the limit refuses
+// has taken its seq, a gap in the seqs as a failed step leaves, and
+// writes no post.
+func TestCreatePostRoundTripsWithLimits(t *testing.T) {
+	if redistest.OnCluster() {
+		t.Skip("a post's round trips on one Redis")
+	}
+	s := newTestServer(t, func(c *Config) {
+		withLimits(func(l *warble.RateLimits) { l.PostsPerUser = every(2) })(c)
+		c.FanoutWorkers = 0
+	})
+	author := s.signup(t, "author")
+	s.post(t, author, "loads the scripts, the limiter's too")
+	client := s.app.db.Client()
+	counter := &redistest.RoundTrips{}
+	client.AddHook(counter)
+	const mutation = `mutation($b: String!) { createPost(input: {body: $b}) { post { id } } }`
+	var out struct {
+		CreatePost struct{ Post struct{ ID string } }
+	}
+	before := counter.N()
+	s.mustQuery(t, author.Token, mutation, map[string]any{"b": "three round trips"}, &out)
+	if n := counter.N() - before; n != 3 {
+		t.Errorf("createPost with limits: %d round trips, want 3", n)
+	}
+	ctx := context.Background()
+	seq, err := client.Get(ctx, "w:seq:post").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s:%d", author.ID, seq); out.CreatePost.Post.ID != want {
+		t.Errorf("post id %s, want %s: the seq taken with the session", out.CreatePost.Post.ID, want)
+	}
+
+	// The third post is over the limit of two.
+	before = counter.N()
+	assertRateLimited(t, s.query(t, author.Token, mutation, map[string]any{"b": "one too many"}), "a third post")
+	if n := counter.N() - before; n != 2 {
+		t.Errorf("a post over the limit: %d round trips, want 2 (the session with the seq, the limit)", n)
+	}
+	after, err := client.Get(ctx, "w:seq:post").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after != seq+1 {
+		t.Fatalf("seq %d after a post over the limit, want %d (taken with the session, left unused)", after, seq+1)
+	}
+	var node struct {
+		Node *struct{ ID string }
+		User struct{ PostsCount int }
+	}
+	s.mustQuery(t, author.Token, `query($id: ID!, $u: String!) { node(id: $id) { id } user(username: $u) { postsCount } }`,
+		map[string]any{"id": fmt.Sprintf("%s:%d", author.ID, after), "u": author.Username}, &node)
+	if node.Node != nil || node.User.PostsCount != 2 {
+		t.Errorf("after a post over the limit: node %+v, %d posts; want no post there and 2 posts", node.Node, node.User.PostsCount)
 	}
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the load tool end to end on this machine: a private redis-server on a
-# unix socket, a Warble server on it with RATE_LIMITS=off, then
+# unix socket, a Warble server on it with RATE_LIMITS=off (or as the
+# environment sets it: with RATE_LIMITS=on, set limits the tool's users stay
+# under too, e.g. RATE_LIMIT_POSTS_PER_USER=1000000000/1h0m0s/1000000), then
 # internal/loadtest against both. Arguments go to the tool, e.g.
 #   internal/loadtest/run.sh -users 2000 -runs 5 -duration 3s
 # CI runs it on a tiny graph to prove it works:
@@ -78,7 +80,7 @@ bucket_args=()
 # -compact-homes fills home timelines to it.
 [ -n "${HOME_TIMELINE_CAP:-}" ] && bucket_args+=(-home-cap "$HOME_TIMELINE_CAP")
 
-REDIS_URL="$redis_url" RATE_LIMITS=off HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
+REDIS_URL="$redis_url" RATE_LIMITS="${RATE_LIMITS:-off}" HOST=127.0.0.1 PORT=0 LOG_LEVEL=info \
   FANOUT_PULL_THRESHOLD="$pull_threshold" \
   "$dir/warble" >"$dir/warble.log" 2>&1 &
 warble_pid=$!

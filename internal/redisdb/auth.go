@@ -381,11 +381,12 @@ func (s *AuthService) AuthenticateForHome(ctx context.Context, token string, pag
 // On a Redis Cluster, where the seq is in a slot of its own, this is
 // Authenticate.
 //
-// A reserved seq that no post takes (the request fails after its
-// authentication, or its client goes away) is a gap in the seqs, as a
-// post whose atomic step fails leaves one; the graph layer asks for it only
-// for a createPost whose body is valid, so that a refused body leaves
-// none.
+// A reserved seq that no post takes (the post's rate limit, taken after
+// the session, refuses it; the request fails after its authentication; its
+// client goes away) is a gap in the seqs, as a post whose atomic step fails
+// leaves one, and nothing else is written for it. The graph layer asks for
+// it only for a createPost whose body is valid, so that a refused body
+// leaves none.
 func (s *AuthService) AuthenticateForPost(ctx context.Context, token string) (context.Context, *warble.User, *warble.Session, error) {
 	u, sess, _, seq, err := s.authenticate(ctx, token, nil, !s.db.chainedPosts)
 	if err != nil {

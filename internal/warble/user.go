@@ -178,7 +178,9 @@ type AuthService interface {
 	// the session: the returned context carries it, and
 	// PostService.CreatePost takes it for the first post by that viewer
 	// made with that context, and draws its own for any other. Nothing is
-	// reserved unless the session is good.
+	// reserved unless the session is good. A reserved number that no post
+	// takes (the post's rate limit refuses it, the client goes away) is a
+	// gap in the sequence, as a post whose store fails leaves one.
 	AuthenticateForPost(ctx context.Context, token string) (context.Context, *User, *Session, error)
 
 	// SessionExpiry returns when the session with tokenHash expires, without
