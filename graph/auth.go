@@ -155,7 +155,8 @@ var mutationType = []string{"Mutation"}
 // field, whose body is one that CreatePost takes: its seq may then be
 // taken with the session (AuthenticateForPost). A body that CreatePost
 // would refuse, or a second post, gets no seq ahead, so that a refused
-// request takes none.
+// body takes none (a post its rate limit refuses leaves its seq unused:
+// see ratelimit.Auth).
 func onePost(oc *graphql.OperationContext) bool {
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Mutation {
 		return false
