@@ -52,8 +52,8 @@ func deferredGroup(fields []graphql.CollectedField) (*graphql.FieldSet, map[stri
 }
 
 // objectFields writes an object's fields once they are resolved, as
-// gqlgen's FieldSet.MarshalGQL does, which the generated object
-// marshallers return instead (gen_rewrite.go puts the call there). gqlgen's
+// gqlgen's FieldSet.MarshalGQL does; the generated object marshallers
+// return it, within their object (objects.go, gen_rewrite.go). gqlgen's
 // makes a map of the names written, a copy of each field and an iterator
 // for every object of every response: a fifth of a home page's
 // allocations, for a check that names are not written twice, which the
@@ -62,12 +62,6 @@ func deferredGroup(fields []graphql.CollectedField) (*graphql.FieldSet, map[stri
 type objectFields struct {
 	fields []graphql.CollectedField
 	values []graphql.Marshaler
-}
-
-// marshalFields returns the marshaller of the object whose fields are
-// fields and whose values out holds, all resolved.
-func marshalFields(fields []graphql.CollectedField, out *graphql.FieldSet) graphql.Marshaler {
-	return &objectFields{fields: fields, values: out.Values}
 }
 
 func (o *objectFields) MarshalGQL(w io.Writer) {

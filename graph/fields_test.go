@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/validator/rules"
 )
 
 // TestNoFieldMiddleware builds the handler with every extension it can
@@ -30,21 +33,93 @@ func TestNoFieldMiddleware(t *testing.T) {
 	})
 }
 
-// TestObjectFieldsWriteEachNameOnce checks marshalFields against what
-// gqlgen's FieldSet writes: fields in order, a repeated name once, the
-// first value.
+// TestObjectFieldsWriteEachNameOnce checks an object's marshaller against
+// what gqlgen's FieldSet writes: fields in order, a repeated name once,
+// the first value.
 func TestObjectFieldsWriteEachNameOnce(t *testing.T) {
 	fields := make([]graphql.CollectedField, 3)
 	for i, alias := range []string{"id", "body", "id"} {
 		fields[i].Field = &ast.Field{Alias: alias}
 	}
+	var objs objects
+	object := objs.object(fields)
 	out := graphql.NewFieldSet(fields)
-	out.Values[0], out.Values[1], out.Values[2] = graphql.MarshalString("1"), graphql.MarshalString(`say "hi"`), graphql.MarshalString("2")
+	for _, set := range []*graphql.FieldSet{&object.out, out} {
+		set.Values[0], set.Values[1], set.Values[2] = graphql.MarshalString("1"), graphql.MarshalString(`say "hi"`), graphql.MarshalString("2")
+	}
 	var want, got strings.Builder
 	out.MarshalGQL(&want)
-	marshalFields(fields, out).MarshalGQL(&got)
+	object.MarshalGQL(&got)
 	if got.String() != want.String() || got.String() != `{"id":"1","body":"say \"hi\""}` {
-		t.Fatalf("marshalFields wrote %s, gqlgen's FieldSet %s", got.String(), want.String())
+		t.Fatalf("the object wrote %s, gqlgen's FieldSet %s", got.String(), want.String())
+	}
+}
+
+// TestObjectsShareNoValues takes a page's worth of objects of different
+// sizes from one execution's chunks and checks that each has values of
+// its own: as many as its fields, no room to grow into its neighbour's,
+// and none written by another. It also checks that the chunks are what
+// saves the allocations (a count, not a timing).
+func TestObjectsShareNoValues(t *testing.T) {
+	var objs objects
+	var all []*object
+	for i := range 200 {
+		fields := make([]graphql.CollectedField, i%7)
+		o := objs.object(fields)
+		if len(o.out.Values) != len(fields) || cap(o.out.Values) != len(fields) || len(o.values) != len(fields) {
+			t.Fatalf("object %d of %d fields: %d values, room for %d, %d written", i, len(fields), len(o.out.Values), cap(o.out.Values), len(o.values))
+		}
+		for j := range o.out.Values {
+			o.out.Values[j] = graphql.MarshalInt(i)
+		}
+		all = append(all, o)
+	}
+	for i, o := range all {
+		for j, v := range o.values {
+			var b strings.Builder
+			v.MarshalGQL(&b)
+			if b.String() != strconv.Itoa(i) {
+				t.Fatalf("object %d, value %d: %s", i, j, b.String())
+			}
+		}
+	}
+	fields := make([]graphql.CollectedField, 5)
+	allocs := testing.AllocsPerRun(10, func() {
+		var page objects
+		for range 61 {
+			page.object(fields)
+		}
+	})
+	if allocs > 16 {
+		t.Errorf("61 objects of 5 fields took %.0f allocations", allocs)
+	}
+}
+
+// TestObjectsCollectOncePerSelection checks that the fields an execution
+// collects for a selection and a type are gqlgen's, looked up again
+// rather than collected again, and told apart by type.
+func TestObjectsCollectOncePerSelection(t *testing.T) {
+	doc, errs := gqlparser.LoadQueryWithRules(parsedSchema, `{ viewer { id username ... on User { displayName } } }`, rules.NewDefaultRules())
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	oc := &graphql.OperationContext{Doc: doc, Operation: doc.Operations[0], Variables: map[string]any{}}
+	sel := doc.Operations[0].SelectionSet[0].(*ast.Field).SelectionSet
+	var objs objects
+	got := objs.collect(oc, sel, userImplementors)
+	want := graphql.CollectFields(oc, sel, userImplementors)
+	var names []string
+	for _, f := range got {
+		names = append(names, f.Alias)
+	}
+	if strings.Join(names, ",") != "id,username,displayName" || len(got) != len(want) {
+		t.Fatalf("collected %v, gqlgen %d fields", names, len(want))
+	}
+	if again := objs.collect(oc, sel, userImplementors); &again[0] != &got[0] {
+		t.Error("the same selection was collected again")
+	}
+	if other := objs.collect(oc, sel, postImplementors); len(other) != 2 {
+		t.Errorf("collected %d fields for a Post, want 2 (no fragment on User)", len(other))
 	}
 }
 

@@ -33,13 +33,19 @@
 //     field context without the rest of gqlgen's resolution (panic
 //     handler, middleware call, closures); a nil one still goes through
 //     gqlgen, which reports it;
+//   - Post.author, when the post was read with its author (every post of
+//     a timeline page is), is marshalled as such an object field is: its
+//     resolver would only return that author (schema.resolvers.go);
 //   - an object marshaller with one field that gqlgen would run
 //     "concurrently" (a field with a resolver, such as Post.author) runs
 //     it in place: gqlgen's FieldSet.Dispatch runs a lone such field in
 //     place too, after a closure and a slice made to hold it;
-//   - its object marshallers return their fields through marshalFields
-//     (fields.go), which writes them without gqlgen's map, copies and
-//     iterator per object.
+//   - its object marshallers take their field sets from the execution's
+//     objects (objects.go), made a chunk at a time, and return them as
+//     objectFields (fields.go), which writes the fields without gqlgen's
+//     map, copies and iterator per object; they collect their fields
+//     through the same objects, whose cache of collected fields needs no
+//     hasher per object as gqlgen's does.
 package main
 
 import (
@@ -114,12 +120,25 @@ func main() {
 		// Only subscription fields return a TimelineEvent, and their
 		// stream marshallers name the selection "selections".
 		{"return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, selections, v)",
-			"return ec.sharedTimelineEvent(ctx, selections, v)"},
+			"return ec.sharedTimelineEvent(ctx, selections, v, &ec.objects)"},
 		// Every object marshaller has its fields in fields, and ends
 		// returning their values in out.
 		{"deferredFieldSet := graphql.NewFieldSet(nil)\n\tdeferLabelToView := make(map[string]*graphql.FieldSetView)",
 			"deferredFieldSet, deferLabelToView := deferredGroup(fields)"},
-		{"\n\treturn out\n}\n", "\n\treturn marshalFields(fields, out)\n}\n"},
+		{"\n\treturn out\n}\n", "\n\treturn object\n}\n"},
+		{"out := graphql.NewFieldSet(fields)", "object := ec.objects.object(fields)\n\tout := &object.out"},
+		{"graphql.CollectFields(ec.OperationContext, sel,", "ec.objects.collect(ec.OperationContext, sel,"},
+		// Post.author's resolver returns the author a post was read
+		// with (schema.resolvers.go): a page's posts all have theirs.
+		{"func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {\n",
+			"func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {\n" +
+				"\tif v := obj.Author; v != nil {\n" +
+				"\t\tfc, _ := ec.fieldContext_Post_author(ctx, field)\n" +
+				"\t\tfc.Result = v\n" +
+				"\t\treturn ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)\n" +
+				"\t}\n"},
+		{"type executionContext struct {\n\t*graphql.ExecutionContextState[ResolverRoot, DirectiveRoot, ComplexityRoot]\n}",
+			"type executionContext struct {\n\t*graphql.ExecutionContextState[ResolverRoot, DirectiveRoot, ComplexityRoot]\n\tobjects objects\n}"},
 	} {
 		if !bytes.Contains(src, []byte(r.from)) {
 			log.Fatalf("%s: no %q to rewrite: has gqlgen changed?", file, r.from)

@@ -757,6 +757,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 
 type executionContext struct {
 	*graphql.ExecutionContextState[ResolverRoot, DirectiveRoot, ComplexityRoot]
+	objects objects
 }
 
 func newExecutionContext(
@@ -2302,6 +2303,11 @@ func (ec *executionContext) fieldContext_Post_id(_ context.Context, field graphq
 }
 
 func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {
+	if v := obj.Author; v != nil {
+		fc, _ := ec.fieldContext_Post_author(ctx, field)
+		fc.Result = v
+		return ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)
+	}
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2733,7 +2739,7 @@ func (ec *executionContext) _Subscription_homeTimeline(ctx context.Context, fiel
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.sharedTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v, &ec.objects)
 		},
 		true,
 		true,
@@ -2777,7 +2783,7 @@ func (ec *executionContext) _Subscription_globalTimeline(ctx context.Context, fi
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.sharedTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v, &ec.objects)
 		},
 		true,
 		true,
@@ -2821,7 +2827,7 @@ func (ec *executionContext) _Subscription_userPosts(ctx context.Context, field g
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
-			return ec.sharedTimelineEvent(ctx, selections, v)
+			return ec.sharedTimelineEvent(ctx, selections, v, &ec.objects)
 		},
 		true,
 		true,
@@ -4755,9 +4761,10 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 var authPayloadImplementors = []string{"AuthPayload"}
 
 func (ec *executionContext) _AuthPayload(ctx context.Context, sel ast.SelectionSet, obj *warble.AuthPayload) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, authPayloadImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, authPayloadImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -4791,15 +4798,16 @@ func (ec *executionContext) _AuthPayload(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var createPostPayloadImplementors = []string{"CreatePostPayload"}
 
 func (ec *executionContext) _CreatePostPayload(ctx context.Context, sel ast.SelectionSet, obj *warble.CreatePostPayload) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, createPostPayloadImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, createPostPayloadImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -4828,15 +4836,16 @@ func (ec *executionContext) _CreatePostPayload(ctx context.Context, sel ast.Sele
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var deletePostPayloadImplementors = []string{"DeletePostPayload"}
 
 func (ec *executionContext) _DeletePostPayload(ctx context.Context, sel ast.SelectionSet, obj *warble.DeletePostPayload) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, deletePostPayloadImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, deletePostPayloadImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -4865,15 +4874,16 @@ func (ec *executionContext) _DeletePostPayload(ctx context.Context, sel ast.Sele
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var followPayloadImplementors = []string{"FollowPayload"}
 
 func (ec *executionContext) _FollowPayload(ctx context.Context, sel ast.SelectionSet, obj *warble.FollowPayload) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, followPayloadImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, followPayloadImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -4907,18 +4917,19 @@ func (ec *executionContext) _FollowPayload(ctx context.Context, sel ast.Selectio
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var mutationImplementors = []string{"Mutation"}
 
 func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, mutationImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, mutationImplementors)
 	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
 		Object: "Mutation",
 	})
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		innerCtx := graphql.WithRootFieldContext(ctx, &graphql.RootFieldContext{
@@ -5003,15 +5014,16 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var pageInfoImplementors = []string{"PageInfo"}
 
 func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet, obj *warble.PageInfo) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, pageInfoImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, pageInfoImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5045,15 +5057,16 @@ func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var postImplementors = []string{"Post", "Node"}
 
 func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj *warble.Post) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, postImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, postImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5130,15 +5143,16 @@ func (ec *executionContext) _Post(ctx context.Context, sel ast.SelectionSet, obj
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var postEdgeImplementors = []string{"PostEdge"}
 
 func (ec *executionContext) _PostEdge(ctx context.Context, sel ast.SelectionSet, obj *warble.PostEdge) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, postEdgeImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, postEdgeImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5172,18 +5186,19 @@ func (ec *executionContext) _PostEdge(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var queryImplementors = []string{"Query"}
 
 func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, queryImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, queryImplementors)
 	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
 		Object: "Query",
 	})
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		innerCtx := graphql.WithRootFieldContext(ctx, &graphql.RootFieldContext{
@@ -5358,13 +5373,13 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var subscriptionImplementors = []string{"Subscription"}
 
 func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, subscriptionImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, subscriptionImplementors)
 	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
 		Object: "Subscription",
 	})
@@ -5388,9 +5403,10 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 var timelineImplementors = []string{"Timeline"}
 
 func (ec *executionContext) _Timeline(ctx context.Context, sel ast.SelectionSet, obj *warble.Timeline) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, timelineImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, timelineImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5424,15 +5440,16 @@ func (ec *executionContext) _Timeline(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var timelineEventImplementors = []string{"TimelineEvent"}
 
 func (ec *executionContext) _TimelineEvent(ctx context.Context, sel ast.SelectionSet, obj *warble.TimelineEvent) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, timelineEventImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, timelineEventImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5476,15 +5493,16 @@ func (ec *executionContext) _TimelineEvent(ctx context.Context, sel ast.Selectio
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var userImplementors = []string{"User", "Node"}
 
 func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj *warble.User) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, userImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, userImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -5946,15 +5964,16 @@ func (ec *executionContext) _User(ctx context.Context, sel ast.SelectionSet, obj
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var userConnectionImplementors = []string{"UserConnection"}
 
 func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.SelectionSet, obj *warble.UserConnection) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, userConnectionImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, userConnectionImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6026,15 +6045,16 @@ func (ec *executionContext) _UserConnection(ctx context.Context, sel ast.Selecti
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var userEdgeImplementors = []string{"UserEdge"}
 
 func (ec *executionContext) _UserEdge(ctx context.Context, sel ast.SelectionSet, obj *warble.UserEdge) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, userEdgeImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, userEdgeImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6073,15 +6093,16 @@ func (ec *executionContext) _UserEdge(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __DirectiveImplementors = []string{"__Directive"}
 
 func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionSet, obj *introspection.Directive) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __DirectiveImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __DirectiveImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6130,15 +6151,16 @@ func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __EnumValueImplementors = []string{"__EnumValue"}
 
 func (ec *executionContext) ___EnumValue(ctx context.Context, sel ast.SelectionSet, obj *introspection.EnumValue) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __EnumValueImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __EnumValueImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6182,15 +6204,16 @@ func (ec *executionContext) ___EnumValue(ctx context.Context, sel ast.SelectionS
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __FieldImplementors = []string{"__Field"}
 
 func (ec *executionContext) ___Field(ctx context.Context, sel ast.SelectionSet, obj *introspection.Field) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __FieldImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __FieldImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6244,15 +6267,16 @@ func (ec *executionContext) ___Field(ctx context.Context, sel ast.SelectionSet, 
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __InputValueImplementors = []string{"__InputValue"}
 
 func (ec *executionContext) ___InputValue(ctx context.Context, sel ast.SelectionSet, obj *introspection.InputValue) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __InputValueImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __InputValueImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6306,15 +6330,16 @@ func (ec *executionContext) ___InputValue(ctx context.Context, sel ast.Selection
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __SchemaImplementors = []string{"__Schema"}
 
 func (ec *executionContext) ___Schema(ctx context.Context, sel ast.SelectionSet, obj *introspection.Schema) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __SchemaImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __SchemaImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6368,15 +6393,16 @@ func (ec *executionContext) ___Schema(ctx context.Context, sel ast.SelectionSet,
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 var __TypeImplementors = []string{"__Type"}
 
 func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, obj *introspection.Type) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, __TypeImplementors)
+	fields := ec.objects.collect(ec.OperationContext, sel, __TypeImplementors)
 
-	out := graphql.NewFieldSet(fields)
+	object := ec.objects.object(fields)
+	out := &object.out
 	deferredFieldSet, deferLabelToView := deferredGroup(fields)
 	for i, field := range fields {
 		switch field.Name {
@@ -6455,7 +6481,7 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 		Context:  ctx,
 	})
 
-	return marshalFields(fields, out)
+	return object
 }
 
 // endregion **************************** object.gotpl ****************************

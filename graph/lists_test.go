@@ -24,7 +24,7 @@ func TestListFieldsThatWait(t *testing.T) {
 	if regexp.MustCompile(`graphql\.MarshalSliceConcurrently\(|graphql\.GetPath\(ctx\),`).Match(src) {
 		t.Error("generated.go calls graphql.MarshalSliceConcurrently or GetPath for a deferred group: run go generate, which rewrites them")
 	}
-	if n := len(regexp.MustCompile(`return ec\.sharedTimelineEvent\(ctx, selections, v\)`).FindAll(src, -1)); n != 3 {
+	if n := len(regexp.MustCompile(`return ec\.sharedTimelineEvent\(ctx, selections, v, &ec\.objects\)`).FindAll(src, -1)); n != 3 {
 		t.Errorf("generated.go marshals %d of the 3 timeline subscriptions' events through sharedTimelineEvent: run go generate, which rewrites them", n)
 	}
 	methods := regexp.MustCompile(`(?s)func \(ec \*executionContext\) _(\w+)_(\w+)\(ctx context\.Context, field graphql\.CollectedField, obj [^)]*\) \(ret graphql\.Marshaler\) \{\n(.*?)\n}\n`)

@@ -167,8 +167,10 @@ func usesOf(sel ast.SelectionSet) selectionUse {
 }
 
 // sharedTimelineEvent marshals v for sel, or returns the bytes another
-// subscriber's identical marshalling made (see above).
-func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.SelectionSet, v *warble.TimelineEvent) graphql.Marshaler {
+// subscriber's identical marshalling made (see above). objs are the
+// execution's (objects.go); the generated code passes them, because only
+// its rewritten executionContext has them.
+func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.SelectionSet, v *warble.TimelineEvent, objs *objects) graphql.Marshaler {
 	if v == nil || len(sel) == 0 {
 		return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, sel, v)
 	}
@@ -195,6 +197,9 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 		var buf bytes.Buffer
 		ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, sel, v).MarshalGQL(&buf)
 		mine = buf.Bytes()
+		// A subscription's execution lives as long as its socket: do
+		// not let its chunks keep this event's objects until the next.
+		objs.release()
 		if len(graphql.GetErrors(ctx)) == before {
 			e.data = mine
 		}

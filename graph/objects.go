@@ -1,0 +1,131 @@
+package graph
+
+import (
+	"sync"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+)
+
+// objects is what one execution (a request's operation, or a
+// subscription's, for all its events) keeps for the objects it marshals;
+// the generated code holds it in its executionContext and calls it for
+// every object (gen_rewrite.go puts the calls there). gqlgen makes three
+// allocations of every object of every response: a field set, the slice
+// of its values, and a hasher, to look up the object's collected fields.
+// A home page has 61 objects. Here the field sets and their values come
+// from chunks shared by the execution's objects, and the collected fields
+// are looked up by a key that needs no hashing, so a page makes a dozen
+// allocations where it made 180.
+type objects struct {
+	mu        sync.Mutex
+	collected []collected         // at most maxCollected
+	free      []object            // the chunk field sets are taken from
+	values    []graphql.Marshaler // the chunk their values are taken from
+	made      int                 // objects made so far
+}
+
+// object is one object's field set, which the generated marshaller fills,
+// and what writes its fields once they are resolved: it is the
+// marshaller's result.
+type object struct {
+	out graphql.FieldSet
+	objectFields
+}
+
+// collected is the fields collected for a selection and a type.
+type collected struct {
+	key    collectKey
+	fields []graphql.CollectedField
+}
+
+// collectKey identifies a selection set and the type names it is
+// collected for, as gqlgen's cache key does, without hashing the names:
+// the generated code passes its package-level implementors slices, so
+// their address tells them apart. (Two slices of the same names would only
+// be collected twice.)
+type collectKey struct {
+	sel       *ast.Selection
+	selLen    int
+	satisfies *string
+	satLen    int
+}
+
+// Chunks start small, so that an execution of a few objects (a viewer, a
+// subscription's event) costs no more than gqlgen's way, and double up to
+// a bound, so that a page of hundreds takes a handful.
+const (
+	firstObjects = 2
+	maxObjects   = 64
+)
+
+// maxCollected bounds the selections an execution looks up here, one by
+// one; a response has a few (a home page, four). An execution of more
+// leaves the rest to gqlgen's cache.
+const maxCollected = 16
+
+// collect returns the fields of sel that apply to an object of the types
+// satisfies names, as graphql.CollectFields does, and collects them once
+// per execution.
+func (o *objects) collect(oc *graphql.OperationContext, sel ast.SelectionSet, satisfies []string) []graphql.CollectedField {
+	if len(sel) == 0 || len(satisfies) == 0 {
+		return graphql.CollectFields(oc, sel, satisfies)
+	}
+	key := collectKey{sel: &sel[0], selLen: len(sel), satisfies: &satisfies[0], satLen: len(satisfies)}
+	o.mu.Lock()
+	for i := range o.collected {
+		if o.collected[i].key == key {
+			fields := o.collected[i].fields
+			o.mu.Unlock()
+			return fields
+		}
+	}
+	o.mu.Unlock()
+	// Collecting depends only on the operation and sel, so two
+	// goroutines that both miss collect the same fields.
+	fields := graphql.CollectFields(oc, sel, satisfies)
+	o.mu.Lock()
+	if len(o.collected) < maxCollected {
+		o.collected = append(o.collected, collected{key: key, fields: fields})
+	}
+	o.mu.Unlock()
+	return fields
+}
+
+// object returns a field set for an object whose fields are fields, with
+// a value for each, as graphql.NewFieldSet does.
+func (o *objects) object(fields []graphql.CollectedField) *object {
+	n := len(fields)
+	o.mu.Lock()
+	if len(o.free) == 0 {
+		o.free = make([]object, chunkSize(o.made, firstObjects, maxObjects))
+	}
+	obj := &o.free[0]
+	o.free = o.free[1:]
+	if len(o.values) < n {
+		// Five fields an object is a usual size.
+		o.values = make([]graphql.Marshaler, max(n, 5*chunkSize(o.made, firstObjects, maxObjects)))
+	}
+	values := o.values[:n:n]
+	o.values = o.values[n:]
+	o.made++
+	o.mu.Unlock()
+	obj.out.Values = values
+	obj.objectFields = objectFields{fields: fields, values: values}
+	return obj
+}
+
+// release drops the chunks, which hold the objects made so far, so that
+// they can be collected once their response is written; the next object
+// starts a new chunk, small again.
+func (o *objects) release() {
+	o.mu.Lock()
+	o.free, o.values, o.made = nil, nil, 0
+	o.mu.Unlock()
+}
+
+// chunkSize is the size of the next chunk of an execution that has made
+// made objects: as many as it has made, within [least, most].
+func chunkSize(made, least, most int) int {
+	return min(max(made, least), most)
+}
