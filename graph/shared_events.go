@@ -41,7 +41,7 @@ type eventKey struct {
 // asks and read by the others.
 type eventBytes struct {
 	once sync.Once
-	data []byte // nil when the marshalling reported errors
+	data graphql.Marshaler // nil when the marshalling reported errors
 }
 
 // eventCache holds the marshallings of the last cachedEvents events.
@@ -201,14 +201,15 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 		// not let its chunks keep this event's objects until the next.
 		objs.release()
 		if len(graphql.GetErrors(ctx)) == before {
-			e.data = mine
+			// Made an interface value once, not once a subscriber.
+			e.data = rawJSON(mine)
 		}
 	})
 	switch {
+	case e.data != nil:
+		return e.data
 	case mine != nil:
 		return rawJSON(mine)
-	case e.data != nil:
-		return rawJSON(e.data)
 	default: // the first one's had errors: this one makes its own
 		return ec.marshalNTimelineEvent2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐTimelineEvent(ctx, sel, v)
 	}
