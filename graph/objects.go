@@ -61,7 +61,7 @@ const (
 )
 
 // maxCollected bounds the selections an execution looks up here, one by
-// one; a response has a few (a home page, four). An execution of more
+// one; a response has a few (a home page, six). An execution of more
 // leaves the rest to gqlgen's cache.
 const maxCollected = 16
 
