@@ -278,7 +278,14 @@ func (s *subscriber) next() (replayed *warble.TimelineEvent, queued *hubEvent, f
 		if len(s.queue) > 0 {
 			e := s.queue[0]
 			s.queue[0] = nil
-			s.queue = s.queue[1:]
+			if len(s.queue) == 1 {
+				// Keep the slot: the next event then queues without
+				// an allocation, where the empty tail of the array
+				// had no room.
+				s.queue = s.queue[:0]
+			} else {
+				s.queue = s.queue[1:]
+			}
 			return nil, e, false
 		}
 	}
