@@ -132,11 +132,7 @@ func main() {
 		// with (schema.resolvers.go): a page's posts all have theirs.
 		{"func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {\n",
 			"func (ec *executionContext) _Post_author(ctx context.Context, field graphql.CollectedField, obj *warble.Post) (ret graphql.Marshaler) {\n" +
-				"\tif v := obj.Author; v != nil {\n" +
-				"\t\tfc, _ := ec.fieldContext_Post_author(ctx, field)\n" +
-				"\t\tfc.Result = v\n" +
-				"\t\treturn ec.marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser(graphql.WithFieldContext(ctx, fc), field.Selections, v)\n" +
-				"\t}\n"},
+				"\t" + fromStructField("obj.Author", "fieldContext_Post_author", "marshalNUser2ᚖgithubᚗcomᚋwarbleᚋwarbleᚋinternalᚋwarbleᚐUser") + "\n"},
 		{"type executionContext struct {\n\t*graphql.ExecutionContextState[ResolverRoot, DirectiveRoot, ComplexityRoot]\n}",
 			"type executionContext struct {\n\t*graphql.ExecutionContextState[ResolverRoot, DirectiveRoot, ComplexityRoot]\n\tobjects objects\n}"},
 	} {
@@ -161,12 +157,7 @@ func main() {
 	if !objectField.Match(src) {
 		log.Fatalf("%s: no object field to rewrite: has gqlgen changed?", file)
 	}
-	src = objectField.ReplaceAll(src, []byte(`if v := $3; v != nil {
-		fc, _ := ec.$2(ctx, field)
-		fc.Result = v
-		return ec.$4(graphql.WithFieldContext(ctx, fc), field.Selections, v)
-	}
-	return $1`))
+	src = objectField.ReplaceAll(src, []byte(fromStructField("$3", "$2", "$4")+"\n\treturn $1"))
 	src = loneConcurrentFieldsInline(src)
 	var scalars []string
 	for _, m := range scalarContext.FindAllSubmatch(src, -1) {
@@ -192,6 +183,18 @@ func main() {
 	if err := os.WriteFile(file, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// fromStructField returns the code that marshals the object in value, a
+// struct field, when it is not nil: in its field context (made by the
+// method fieldContext) with the marshaller marshal, without the rest of
+// gqlgen's resolution.
+func fromStructField(value, fieldContext, marshal string) string {
+	return "if v := " + value + "; v != nil {\n" +
+		"\t\tfc, _ := ec." + fieldContext + "(ctx, field)\n" +
+		"\t\tfc.Result = v\n" +
+		"\t\treturn ec." + marshal + "(graphql.WithFieldContext(ctx, fc), field.Selections, v)\n" +
+		"\t}"
 }
 
 // concurrentField is how gqlgen's object marshallers queue a field that
