@@ -51,20 +51,14 @@ func deferredGroup(fields []graphql.CollectedField) (*graphql.FieldSet, map[stri
 	return nil, nil
 }
 
-// objectFields writes an object's fields once they are resolved, as
+// MarshalGQL writes an object's fields once they are resolved, as
 // gqlgen's FieldSet.MarshalGQL does; the generated object marshallers
-// return it, within their object (objects.go, gen_rewrite.go). gqlgen's
-// makes a map of the names written, a copy of each field and an iterator
-// for every object of every response: a fifth of a home page's
-// allocations, for a check that names are not written twice, which the
-// fields, merged by name when collected, never are (it is kept here
-// without a map).
-type objectFields struct {
-	fields []graphql.CollectedField
-	values []graphql.Marshaler
-}
-
-func (o *objectFields) MarshalGQL(w io.Writer) {
+// return the object (objects.go, gen_rewrite.go). gqlgen's makes a map of
+// the names written, a copy of each field and an iterator for every object
+// of every response: a fifth of a home page's allocations, for a check
+// that names are not written twice, which the fields, merged by name when
+// collected, never are (it is kept here without a map).
+func (o *object) MarshalGQL(w io.Writer) {
 	sw, ok := w.(io.StringWriter) // gqlgen's buffers are
 	if !ok {
 		sw = stringWriter{w}
@@ -88,7 +82,7 @@ fields:
 		sw.WriteString(`"`)
 		sw.WriteString(alias)
 		sw.WriteString(`":`)
-		o.values[i].MarshalGQL(w)
+		o.out.Values[i].MarshalGQL(w)
 	}
 	sw.WriteString("}")
 }

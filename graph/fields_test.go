@@ -66,8 +66,8 @@ func TestObjectsShareNoValues(t *testing.T) {
 	for i := range 200 {
 		fields := make([]graphql.CollectedField, i%7)
 		o := objs.object(fields)
-		if len(o.out.Values) != len(fields) || cap(o.out.Values) != len(fields) || len(o.values) != len(fields) {
-			t.Fatalf("object %d of %d fields: %d values, room for %d, %d written", i, len(fields), len(o.out.Values), cap(o.out.Values), len(o.values))
+		if len(o.out.Values) != len(fields) || cap(o.out.Values) != len(fields) || len(o.fields) != len(fields) {
+			t.Fatalf("object %d of %d fields: %d values, room for %d, %d fields kept", i, len(fields), len(o.out.Values), cap(o.out.Values), len(o.fields))
 		}
 		for j := range o.out.Values {
 			o.out.Values[j] = graphql.MarshalInt(i)
@@ -75,7 +75,7 @@ func TestObjectsShareNoValues(t *testing.T) {
 		all = append(all, o)
 	}
 	for i, o := range all {
-		for j, v := range o.values {
+		for j, v := range o.out.Values {
 			var b strings.Builder
 			v.MarshalGQL(&b)
 			if b.String() != strconv.Itoa(i) {

@@ -41,9 +41,9 @@
 //     it in place: gqlgen's FieldSet.Dispatch runs a lone such field in
 //     place too, after a closure and a slice made to hold it;
 //   - its object marshallers take their field sets from the execution's
-//     objects (objects.go), made a chunk at a time, and return them as
-//     objectFields (fields.go), which writes the fields without gqlgen's
-//     map, copies and iterator per object; they collect their fields
+//     objects (objects.go), made a chunk at a time, and return those
+//     objects, which write the fields (fields.go) without gqlgen's map,
+//     copies and iterator per object; they collect their fields
 //     through the same objects, whose cache of collected fields needs no
 //     hasher per object as gqlgen's does.
 package main

@@ -13,7 +13,7 @@ import (
 // every object (gen_rewrite.go puts the calls there). gqlgen makes three
 // allocations of every object of every response: a field set, the slice
 // of its values, and a hasher, to look up the object's collected fields;
-// the marshaller Warble returns for it (objectFields) was a fourth. A
+// the marshaller Warble returned for it was a fourth. A
 // home page has 61 objects. Here the field sets, their values and their
 // marshallers come from chunks shared by the execution's objects, and the
 // collected fields are looked up by a key that needs no hashing, so those
@@ -27,11 +27,11 @@ type objects struct {
 }
 
 // object is one object's field set, which the generated marshaller fills,
-// and what writes its fields once they are resolved: it is the
-// marshaller's result.
+// and its fields: it is the marshaller's result, and writes them once they
+// are resolved (MarshalGQL, fields.go).
 type object struct {
-	out graphql.FieldSet
-	objectFields
+	out    graphql.FieldSet
+	fields []graphql.CollectedField
 }
 
 // collected is the fields collected for a selection and a type.
@@ -112,7 +112,7 @@ func (o *objects) object(fields []graphql.CollectedField) *object {
 	o.made++
 	o.mu.Unlock()
 	obj.out.Values = values
-	obj.objectFields = objectFields{fields: fields, values: values}
+	obj.fields = fields
 	return obj
 }
 
