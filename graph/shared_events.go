@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -42,6 +43,9 @@ type eventKey struct {
 type eventBytes struct {
 	once sync.Once
 	data graphql.Marshaler // nil when the marshalling reported errors
+	// written is data's bytes, set once data is: read without once by a
+	// subscriber that writes them itself (see eventCache.written).
+	written atomic.Pointer[rawJSON]
 }
 
 // eventCache holds the marshallings of the last cachedEvents events.
@@ -84,6 +88,63 @@ func (c *eventCache) entry(key eventKey) *eventBytes {
 	c.entries[key] = e
 	c.keys[key.ev] = append(c.keys[key.ev], key)
 	return e
+}
+
+// written returns the bytes of key's marshalling once it has been made
+// with no error, else nil. Unlike entry it makes no entry, and it does
+// not wait for a marshalling in progress.
+func (c *eventCache) written(key eventKey) []byte {
+	c.mu.Lock()
+	e := c.entries[key]
+	c.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	if b := e.written.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// sharedWrites counts the events that websocket subscriptions wrote from
+// another subscriber's marshalling, without gqlgen's response handler
+// (see wsOperation.pull). Tests read it.
+var sharedWrites atomic.Int64
+
+// sharedSelection is what a subscription shares its events' marshallings
+// by: the parts of eventKey that stay the same for all its events, and the
+// response key of its field as JSON (its alias, or its name).
+type sharedSelection struct {
+	sel    selectionID
+	vars   string
+	viewer string
+	alias  []byte
+}
+
+// key is the eventKey of ev for this subscription.
+func (s *sharedSelection) key(ev *warble.TimelineEvent) eventKey {
+	return eventKey{ev: ev, sel: s.sel, vars: s.vars, viewer: s.viewer}
+}
+
+// noteShared hands key, whose marshalling was shared, to the websocket
+// subscription of ctx, if it has none yet, so that it writes its next
+// events from their shared bytes itself (see wsOperation.pull). It runs
+// within that subscription's pull. The subscription's field must be the
+// operation's one root field, selecting key's selection: then its alias
+// is the response key of every event.
+func (ec *executionContext) noteShared(ctx context.Context, key eventKey) {
+	op, ok := warble.EventReceiverFromContext(ctx).(*wsOperation)
+	if !ok || !op.attached || op.shared != nil {
+		return
+	}
+	oc := ec.OperationContext
+	fields := graphql.CollectFields(oc, oc.Operation.SelectionSet, []string{"Subscription"})
+	if len(fields) != 1 || len(fields[0].Selections) == 0 || idOf(fields[0].Selections) != key.sel {
+		return
+	}
+	var alias bytes.Buffer
+	graphql.MarshalString(fields[0].Alias).MarshalGQL(&alias)
+	op.shared = &sharedSelection{sel: key.sel, vars: key.vars, viewer: key.viewer, alias: alias.Bytes()}
 }
 
 // selectionID identifies a selection set of a parsed document. gqlgen
@@ -202,11 +263,14 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 		objs.release()
 		if len(graphql.GetErrors(ctx)) == before {
 			// Made an interface value once, not once a subscriber.
-			e.data = rawJSON(mine)
+			r := rawJSON(mine)
+			e.data = r
+			e.written.Store(&r)
 		}
 	})
 	switch {
 	case e.data != nil:
+		ec.noteShared(ctx, key)
 		return e.data
 	case mine != nil:
 		return rawJSON(mine)

@@ -424,6 +424,22 @@ func (c *wsConn) sendResponse(id []byte, resp *graphql.Response) error {
 	})
 }
 
+// sendData writes data, the JSON of an event of a subscription field
+// whose response key is alias (as JSON), as the next event of the
+// operation whose id is id (as JSON): the message that gqlgen's response
+// handler and sendResponse make of it, byte for byte.
+func (c *wsConn) sendData(id, alias []byte, data []byte) error {
+	return c.write(func(w io.Writer) error {
+		writeMessageStart(w, c.dataType(), id)
+		io.WriteString(w, `,"payload":{"data":{`)
+		w.Write(alias)
+		io.WriteString(w, ":")
+		w.Write(data)
+		_, err := io.WriteString(w, "}}}")
+		return err
+	})
+}
+
 // writeResponse writes resp as JSON. The data is already JSON that gqlgen
 // wrote: it is copied as is, where encoding/json would check and compact
 // it again, once for every socket an event goes to.
@@ -569,7 +585,8 @@ type wsOperation struct {
 	quotedID []byte // id as JSON, written with each of its messages
 	cancel   context.CancelFunc
 	rc       *graphql.OperationContext
-	attached bool // set by the hub during dispatch, read after it
+	attached bool                         // set by the hub during dispatch, read after it
+	events   <-chan *warble.TimelineEvent // the subscription's, set with attached
 
 	mu        sync.Mutex
 	responses graphql.ResponseHandler // nil until dispatch returned
@@ -578,6 +595,11 @@ type wsOperation struct {
 	done      bool
 
 	pullMu sync.Mutex // held while an event is taken and written
+	// shared, once an event of the subscription was marshalled for every
+	// subscriber that shares its selection (see sharedTimelineEvent,
+	// which sets it, within pull), lets pull write the next events from
+	// those bytes itself. Guarded by pullMu.
+	shared *sharedSelection
 }
 
 var _ warble.EventReceiver = (*wsOperation)(nil)
@@ -624,7 +646,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 		op.pending = 0
 		op.mu.Unlock()
 		for range n {
-			op.pull()
+			op.pull(nil)
 		}
 		return
 	}
@@ -685,12 +707,15 @@ func (op *wsOperation) fail(errs gqlerror.List) {
 }
 
 // Attached implements warble.EventReceiver.
-func (op *wsOperation) Attached() { op.attached = true }
+func (op *wsOperation) Attached(events <-chan *warble.TimelineEvent) {
+	op.attached = true
+	op.events = events
+}
 
 // EventReady implements warble.EventReceiver: it takes the event waiting
-// in the subscription's channel through gqlgen's response handler and
-// writes it, or completes the operation when the channel was closed.
-func (op *wsOperation) EventReady() {
+// in the subscription's channel and writes it, or completes the operation
+// when the channel was closed.
+func (op *wsOperation) EventReady(ev *warble.TimelineEvent) {
 	op.mu.Lock()
 	if op.responses == nil {
 		op.pending++ // run takes it once dispatch has returned
@@ -698,17 +723,41 @@ func (op *wsOperation) EventReady() {
 		return
 	}
 	op.mu.Unlock()
-	op.pull()
+	op.pull(ev)
 }
 
-// pull takes one response and writes it. The receive does not block: the
-// hub calls EventReady once for each event it put in the channel, and once
-// for its close.
-func (op *wsOperation) pull() {
+// pull takes one event and writes it. The receive does not block: the hub
+// calls EventReady once for each event it put in the channel, and once for
+// its close.
+//
+// An event goes through gqlgen's response handler, whose subscription
+// field receives it and marshals it (sharedTimelineEvent), unless ev, the
+// event waiting, was marshalled already for a subscriber of the same
+// selection, as every subscription of a timeline's event but one is: then
+// pull takes it from the channel itself and writes those bytes in the
+// message the response handler would have made of them. That skips, for
+// each socket an event goes to, the handler's response context, its
+// middleware and the copy of the bytes into a response (BENCHMARKS.md,
+// "Live events written from their shared bytes"). Nothing else is lost
+// on the way: those bytes carry no error (sharedTimelineEvent shares no
+// marshalling that reported one), no extension adds to a subscription's
+// events, and the operation's middleware (metrics, authentication) runs
+// once for the operation, not per event. A subscription whose context has
+// ended goes through the handler, which ends it.
+func (op *wsOperation) pull(ev *warble.TimelineEvent) {
 	op.pullMu.Lock()
 	defer op.pullMu.Unlock()
 	if op.isDone() {
 		return
+	}
+	if ev != nil && op.shared != nil && op.rctx.Err() == nil {
+		if data := sharedEvents.written(op.shared.key(ev)); data != nil {
+			<-op.events // ev (see warble.EventReceiver)
+			if op.conn.sendData(op.quotedID, op.shared.alias, data) == nil {
+				sharedWrites.Add(1)
+			}
+			return
+		}
 	}
 	defer op.recover(op.rctx)
 	resp := op.responses(op.rctx)

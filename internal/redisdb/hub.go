@@ -275,7 +275,7 @@ func (h *Hub) SubscribeTimeline(ctx context.Context, feed warble.Feed, after *st
 	h.mu.Unlock()
 	if recv != nil {
 		sub.recv = recv
-		recv.Attached()
+		recv.Attached(out)
 	}
 	sub.begin(ctx, replay, out)
 	return out, nil

@@ -31,15 +31,12 @@ func TestHubWaves(t *testing.T) {
 	var receivers []*takingReceiver
 	for i := range n {
 		if i%2 == 0 {
-			tr := &takingReceiver{t: t, ready: make(chan struct{}), closed: make(chan struct{})}
+			tr := &takingReceiver{t: t, closed: make(chan struct{})}
 			ctx, cancel := context.WithCancel(warble.NewContextWithEventReceiver(context.Background(), tr))
 			t.Cleanup(cancel)
-			events, err := h.SubscribeTimeline(ctx, warble.GlobalFeed(), nil)
-			if err != nil {
+			if _, err := h.SubscribeTimeline(ctx, warble.GlobalFeed(), nil); err != nil {
 				t.Fatal(err)
 			}
-			tr.events = events
-			close(tr.ready)
 			receivers = append(receivers, tr)
 			continue
 		}
@@ -104,8 +101,8 @@ type stalledReceiver struct {
 	release chan struct{}
 }
 
-func (r *stalledReceiver) EventReady() {
-	r.takingReceiver.EventReady()
+func (r *stalledReceiver) EventReady(ev *warble.TimelineEvent) {
+	r.takingReceiver.EventReady(ev)
 	<-r.release
 }
 
@@ -124,17 +121,14 @@ func TestHubStalledSubscriber(t *testing.T) {
 	var stalled []*stalledReceiver
 	for range waveWidth {
 		r := &stalledReceiver{
-			takingReceiver: takingReceiver{t: t, ready: make(chan struct{}), closed: make(chan struct{})},
+			takingReceiver: takingReceiver{t: t, closed: make(chan struct{})},
 			release:        release,
 		}
 		ctx, cancel := context.WithCancel(warble.NewContextWithEventReceiver(context.Background(), r))
 		t.Cleanup(cancel)
-		events, err := h.SubscribeTimeline(ctx, warble.GlobalFeed(), nil)
-		if err != nil {
+		if _, err := h.SubscribeTimeline(ctx, warble.GlobalFeed(), nil); err != nil {
 			t.Fatal(err)
 		}
-		r.events = events
-		close(r.ready)
 		stalled = append(stalled, r)
 	}
 	reading := mustSubscribe(t, h, warble.GlobalFeed(), nil)

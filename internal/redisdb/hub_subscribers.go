@@ -257,7 +257,7 @@ func (s *subscriber) finish() {
 	h.unregister(s)
 	close(s.out)
 	if s.recv != nil {
-		go s.recv.EventReady()
+		go s.recv.EventReady(nil)
 	}
 	h.wg.Done()
 }
@@ -315,7 +315,7 @@ func (s *subscriber) deliver() {
 			if s.recv != nil {
 				// The receiver takes ev from out, which makes room
 				// for the next.
-				s.recv.EventReady()
+				s.recv.EventReady(ev)
 			}
 		case <-s.done:
 			s.end()

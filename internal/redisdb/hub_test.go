@@ -893,11 +893,10 @@ func TestHubResumeFromAPostNotDispatchedYet(t *testing.T) {
 
 // takingReceiver is a warble.EventReceiver that takes each event from the
 // subscription's channel in EventReady, as the websocket transport does,
-// and fails if it has to wait for one.
+// and fails if it has to wait for one, or finds another than it was told.
 type takingReceiver struct {
 	t        *testing.T
-	ready    chan struct{} // closed once events is set
-	events   <-chan *warble.TimelineEvent
+	events   <-chan *warble.TimelineEvent // set by Attached
 	attached bool
 
 	mu     sync.Mutex
@@ -905,15 +904,23 @@ type takingReceiver struct {
 	closed chan struct{} // closed when EventReady finds the channel closed
 }
 
-func (r *takingReceiver) Attached() { r.attached = true }
+func (r *takingReceiver) Attached(events <-chan *warble.TimelineEvent) {
+	r.attached = true
+	r.events = events
+}
 
-func (r *takingReceiver) EventReady() {
-	<-r.ready // EventReady may come before SubscribeTimeline returns
+func (r *takingReceiver) EventReady(want *warble.TimelineEvent) {
 	select {
 	case ev, ok := <-r.events:
 		if !ok {
+			if want != nil {
+				r.t.Errorf("EventReady(%v) found the channel closed", want)
+			}
 			close(r.closed)
 			return
+		}
+		if ev != want {
+			r.t.Errorf("EventReady(%v) found %v in the channel", want, ev)
 		}
 		r.mu.Lock()
 		r.got = append(r.got, ev)
@@ -941,7 +948,7 @@ func TestHubHandsEventsToReceiver(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, mustCreatePost(t, db, ada.ID, "before "+strconv.Itoa(i)))
 	}
-	r := &takingReceiver{t: t, ready: make(chan struct{}), closed: make(chan struct{})}
+	r := &takingReceiver{t: t, closed: make(chan struct{})}
 	ctx, cancel := context.WithCancel(warble.NewContextWithEventReceiver(context.Background(), r))
 	defer cancel()
 	after := warble.PostCursor(posts[0].Seq)
@@ -955,8 +962,9 @@ func TestHubHandsEventsToReceiver(t *testing.T) {
 	if cap(events) != 1 {
 		t.Fatalf("channel capacity = %d, want 1", cap(events))
 	}
-	r.events = events
-	close(r.ready)
+	if r.events != events {
+		t.Fatal("Attached was given another channel than SubscribeTimeline returned")
+	}
 	for i := range 5 {
 		posts = append(posts, mustCreatePost(t, db, ada.ID, "live "+strconv.Itoa(i)))
 	}

@@ -196,16 +196,19 @@ type LiveService interface {
 // delivers them, so that the subscriber needs no goroutine of its own
 // parked on the channel while the timeline is quiet: with thousands of
 // idle websockets, those goroutines and their stacks were most of the
-// server's memory. A LiveService that accepts it calls Attached before
-// SubscribeTimeline returns, gives the channel a buffer of one, and after
-// each event it sends, and once after it closes the channel, calls
-// EventReady: the event (or the close) is then waiting in the channel, so
-// that EventReady can receive it without blocking. Calls are made one at a
-// time and in order; the next event is not sent before EventReady returns.
-// EventReady may come before SubscribeTimeline returns.
+// server's memory. A LiveService that accepts it calls Attached with the
+// channel before SubscribeTimeline returns, gives the channel a buffer of
+// one, and after each event it sends, and once after it closes the
+// channel, calls EventReady: the event (or the close) is then waiting in
+// the channel, so that EventReady can receive it without blocking, and
+// must, before it returns. EventReady is passed the event it will receive
+// (nil for the close), so that it may choose how to write it before it
+// takes it. Calls are made one at a time and in order; the next event is
+// not sent before EventReady returns. EventReady may come before
+// SubscribeTimeline returns.
 type EventReceiver interface {
-	Attached()
-	EventReady()
+	Attached(events <-chan *TimelineEvent)
+	EventReady(ev *TimelineEvent)
 }
 
 // NewContextWithEventReceiver returns a copy of ctx whose subscription, if
