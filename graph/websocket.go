@@ -32,7 +32,9 @@ import (
 // socket has one goroutine, its reader, with a small read buffer, and
 // writes through buffers shared by all; and a subscription has none of its
 // own: the hub hands each event to it from the goroutine that delivers it
-// (see warble.EventReceiver), which writes it to the socket.
+// (see warble.EventReceiver), which writes it to the socket: through
+// gqlgen's response handler for the first subscriber of each selection,
+// and from that marshalling's bytes for the others (wsOperation.pull).
 type Websocket struct {
 	// AllowedOrigins are the origins, besides the server's own, whose pages
 	// may open websockets ("https://app.example"); "*" allows any.

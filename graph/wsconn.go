@@ -497,6 +497,7 @@ func (c *wsConn) start(id string, payload json.RawMessage, readStart time.Time) 
 	op := &wsOperation{conn: c, id: id, quotedID: quoteID(id)}
 	var ctx context.Context
 	ctx, op.cancel = context.WithCancel(c.ctx)
+	op.ctx = ctx
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -583,6 +584,10 @@ type wsOperation struct {
 	conn     *wsConn
 	id       string
 	quotedID []byte // id as JSON, written with each of its messages
+	// ctx is the operation's own context, which cancel ends, as does the
+	// connection's end; the run's contexts (rctx) derive from it with
+	// values only.
+	ctx      context.Context
 	cancel   context.CancelFunc
 	rc       *graphql.OperationContext
 	attached bool                         // set by the hub during dispatch, read after it
@@ -750,7 +755,9 @@ func (op *wsOperation) pull(ev *warble.TimelineEvent) {
 	if op.isDone() {
 		return
 	}
-	if ev != nil && op.shared != nil && op.rctx.Err() == nil {
+	// op.ctx has ended when rctx has (and it is read without walking
+	// rctx's chain of values).
+	if ev != nil && op.shared != nil && op.ctx.Err() == nil {
 		if data := sharedEvents.written(op.shared.key(ev)); data != nil {
 			<-op.events // ev (see warble.EventReceiver)
 			if op.conn.sendData(op.quotedID, op.shared.alias, data) == nil {
