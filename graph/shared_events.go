@@ -43,9 +43,9 @@ type eventKey struct {
 type eventBytes struct {
 	once sync.Once
 	data graphql.Marshaler // nil when the marshalling reported errors
-	// written is data's bytes, set once data is: read without once by a
+	// ready is data's bytes, set once data is: read without once by a
 	// subscriber that writes them itself (see eventCache.written).
-	written atomic.Pointer[rawJSON]
+	ready atomic.Pointer[rawJSON]
 }
 
 // eventCache holds the marshallings of the last cachedEvents events.
@@ -100,7 +100,7 @@ func (c *eventCache) written(key eventKey) []byte {
 	if e == nil {
 		return nil
 	}
-	if b := e.written.Load(); b != nil {
+	if b := e.ready.Load(); b != nil {
 		return *b
 	}
 	return nil
@@ -265,7 +265,7 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 			// Made an interface value once, not once a subscriber.
 			r := rawJSON(mine)
 			e.data = r
-			e.written.Store(&r)
+			e.ready.Store(&r)
 		}
 	})
 	switch {

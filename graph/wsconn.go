@@ -600,10 +600,10 @@ type wsOperation struct {
 	done      bool
 
 	pullMu sync.Mutex // held while an event is taken and written
-	// shared, once an event of the subscription was marshalled for every
-	// subscriber that shares its selection (see sharedTimelineEvent,
-	// which sets it, within pull), lets pull write the next events from
-	// those bytes itself. Guarded by pullMu.
+	// shared is set once an event of the subscription has been
+	// marshalled for every subscriber of its selection (by
+	// sharedTimelineEvent, within pull), and lets pull write the next
+	// events from their shared bytes itself. Guarded by pullMu.
 	shared *sharedSelection
 }
 
@@ -737,10 +737,10 @@ func (op *wsOperation) EventReady(ev *warble.TimelineEvent) {
 //
 // An event goes through gqlgen's response handler, whose subscription
 // field receives it and marshals it (sharedTimelineEvent), unless ev, the
-// event waiting, was marshalled already for a subscriber of the same
-// selection, as every subscription of a timeline's event but one is: then
-// pull takes it from the channel itself and writes those bytes in the
-// message the response handler would have made of them. That skips, for
+// event waiting, was marshalled already for another subscriber of the same
+// selection, as it is for all of them but the first: then pull takes it
+// from the channel itself and writes those bytes in the message that the
+// response handler would have made of them. That skips, for
 // each socket an event goes to, the handler's response context, its
 // middleware and the copy of the bytes into a response (BENCHMARKS.md,
 // "Live events written from their shared bytes"). Nothing else is lost
