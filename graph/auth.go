@@ -121,7 +121,7 @@ func homePage(oc *graphql.OperationContext) (warble.PageArgs, bool) {
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Query {
 		return warble.PageArgs{}, false
 	}
-	for _, f := range graphql.CollectFields(oc, oc.Operation.SelectionSet, queryType) {
+	for _, f := range collectFields(oc, oc.Operation.SelectionSet, queryType) {
 		if f.Name != "homeTimeline" {
 			continue
 		}
@@ -162,7 +162,7 @@ func onePost(oc *graphql.OperationContext) bool {
 		return false
 	}
 	posts, ok := 0, false
-	for _, f := range graphql.CollectFields(oc, oc.Operation.SelectionSet, mutationType) {
+	for _, f := range collectFields(oc, oc.Operation.SelectionSet, mutationType) {
 		if f.Name != "createPost" {
 			continue
 		}

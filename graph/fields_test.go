@@ -123,6 +123,76 @@ func TestObjectsCollectOncePerSelection(t *testing.T) {
 	}
 }
 
+// TestCollectedFieldsSharedAcrossExecutions checks that executions of the
+// same document share the fields collected for a selection set whose
+// collection depends on the document alone, and that a collection that a
+// variable can change (@include, @skip, also on a fragment) is made for
+// each execution.
+func TestCollectedFieldsSharedAcrossExecutions(t *testing.T) {
+	load := func(query string) *ast.QueryDocument {
+		t.Helper()
+		doc, errs := gqlparser.LoadQueryWithRules(parsedSchema, query, rules.NewDefaultRules())
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		return doc
+	}
+	execution := func(doc *ast.QueryDocument, vars map[string]any) *graphql.OperationContext {
+		return &graphql.OperationContext{Doc: doc, Operation: doc.Operations[0], Variables: vars}
+	}
+	names := func(fields []graphql.CollectedField) string {
+		var out []string
+		for _, f := range fields {
+			out = append(out, f.Alias)
+		}
+		return strings.Join(out, ",")
+	}
+	viewerSel := func(doc *ast.QueryDocument) ast.SelectionSet {
+		return doc.Operations[0].SelectionSet[0].(*ast.Field).SelectionSet
+	}
+
+	doc := load(`{ viewer { id name: username ...F ... on User { createdAt } } } fragment F on User { displayName }`)
+	first := collectFields(execution(doc, map[string]any{}), viewerSel(doc), userImplementors)
+	second := collectFields(execution(doc, map[string]any{}), viewerSel(doc), userImplementors)
+	if names(first) != "id,name,displayName,createdAt" {
+		t.Fatalf("collected %s", names(first))
+	}
+	if &first[0] != &second[0] {
+		t.Error("a second execution of the document collected the fields again")
+	}
+	if root := collectFields(execution(doc, map[string]any{}), doc.Operations[0].SelectionSet, queryType); names(root) != "viewer" {
+		t.Errorf("collected %s at the root, want viewer", names(root))
+	}
+
+	for _, query := range []string{
+		`query($x: Boolean!) { viewer { id username @include(if: $x) } }`,
+		`query($x: Boolean!) { viewer { id ... @include(if: $x) { username } } }`,
+		`query($x: Boolean!) { viewer { id ...F @include(if: $x) } } fragment F on User { username }`,
+		`query($x: Boolean!) { viewer { id ...F } } fragment F on User { username @include(if: $x) }`,
+	} {
+		doc := load(query)
+		with := collectFields(execution(doc, map[string]any{"x": true}), viewerSel(doc), userImplementors)
+		without := collectFields(execution(doc, map[string]any{"x": false}), viewerSel(doc), userImplementors)
+		if names(with) != "id,username" || names(without) != "id" {
+			t.Errorf("%s: collected %s with x and %s without, want id,username and id", query, names(with), names(without))
+		}
+	}
+
+	// Two selection sets of one document with the same first and last
+	// node and length, as gqlgen's merging of fields can make, are told
+	// apart by their middle.
+	doc = load(`{ viewer { id username displayName createdAt } }`)
+	nodes := viewerSel(doc)
+	a := ast.SelectionSet{nodes[0], nodes[1], nodes[3]}
+	b := ast.SelectionSet{nodes[0], nodes[2], nodes[3]}
+	if got := names(collectFields(execution(doc, map[string]any{}), a, userImplementors)); got != "id,username,createdAt" {
+		t.Errorf("collected %s, want id,username,createdAt", got)
+	}
+	if got := names(collectFields(execution(doc, map[string]any{}), b, userImplementors)); got != "id,displayName,createdAt" {
+		t.Errorf("collected %s, want id,displayName,createdAt", got)
+	}
+}
+
 // TestPlainStringAsMarshalString checks that plainString writes the bytes
 // gqlgen's MarshalString writes.
 func TestPlainStringAsMarshalString(t *testing.T) {
