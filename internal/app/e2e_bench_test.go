@@ -289,8 +289,11 @@ func BenchmarkLiveDelivery(b *testing.B) {
 
 // readNexts reads conn until it closes, sending on got for each next
 // message (known by the beginning Warble writes them with) and answering
-// pings, with one buffer for the socket's messages.
+// pings, with one buffer for the socket's messages. It reads with no
+// deadline: the one that connect set for the connection's ack would end
+// the reads of a run longer than readTimeout.
 func readNexts(conn *websocket.Conn, got chan<- struct{}) {
+	conn.SetReadDeadline(time.Time{})
 	next := []byte(`{"type":"next",`)
 	var buf bytes.Buffer
 	for {
