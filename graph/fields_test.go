@@ -126,8 +126,8 @@ func TestObjectsCollectOncePerSelection(t *testing.T) {
 // TestCollectedFieldsSharedAcrossExecutions checks that executions of the
 // same document share the fields collected for a selection set whose
 // collection depends on the document alone, and that a collection that a
-// variable can change (@include, @skip, also on a fragment) is made for
-// each execution.
+// variable can change (@include, @skip, also on a fragment), or of a long
+// query, is made for each execution.
 func TestCollectedFieldsSharedAcrossExecutions(t *testing.T) {
 	load := func(query string) *ast.QueryDocument {
 		t.Helper()
@@ -162,6 +162,17 @@ func TestCollectedFieldsSharedAcrossExecutions(t *testing.T) {
 	}
 	if root := collectFields(execution(doc, map[string]any{}), doc.Operations[0].SelectionSet, queryType); names(root) != "viewer" {
 		t.Errorf("collected %s at the root, want viewer", names(root))
+	}
+	// A long query is collected for each execution: what a client sending
+	// ever new ones makes the cache keep stays small.
+	long := load(`{ viewer { id username } }` + strings.Repeat(" ", maxStaticQuery))
+	longExecution := func() *graphql.OperationContext {
+		oc := execution(long, map[string]any{})
+		oc.RawQuery = `{ viewer { id username } }` + strings.Repeat(" ", maxStaticQuery)
+		return oc
+	}
+	if a, b := collectFields(longExecution(), viewerSel(long), userImplementors), collectFields(longExecution(), viewerSel(long), userImplementors); &a[0] == &b[0] {
+		t.Error("the fields of a query longer than maxStaticQuery were kept")
 	}
 
 	for _, query := range []string{

@@ -117,7 +117,7 @@ func collectFields(oc *graphql.OperationContext, sel ast.SelectionSet, satisfies
 		}
 	}
 	fields := graphql.CollectFields(oc, sel, satisfies)
-	if collectsStatically(oc.Doc, sel) {
+	if len(oc.RawQuery) <= maxStaticQuery && collectsStatically(oc.Doc, sel) {
 		if staticCount.Add(1) > maxStatic {
 			staticFields.Clear()
 			staticCount.Store(1)
@@ -149,15 +149,23 @@ type staticEntry struct {
 // selection sets whose collection depends on their document alone
 // (collectsStatically). The sets of a document that gqlgen's query cache
 // has dropped stay until the map is cleared, once it has had maxStatic
-// entries.
+// entries. An entry keeps its document's nodes and, through their
+// positions, its text: the bounds keep what a client sending ever new
+// queries can make it hold to about maxStatic small documents, fewer
+// than the query cache itself keeps.
 var (
 	staticFields sync.Map // staticKey -> *staticEntry
 	staticCount  atomic.Int64
 )
 
-// maxStatic bounds staticFields: a few per document of the query cache's
-// thousand.
-const maxStatic = 4096
+// Bounds of staticFields: its entries (an application's operations have a
+// few selection sets each), and the length of a query whose selection
+// sets it keeps (an application's are shorter; a longer one is collected
+// for each execution, as gqlgen does).
+const (
+	maxStatic      = 1024
+	maxStaticQuery = 4 << 10
+)
 
 // collectsStatically reports whether collecting the fields of sel depends
 // on its document alone, and not on the operation's variables: no field,
