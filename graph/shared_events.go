@@ -43,9 +43,9 @@ type eventKey struct {
 type eventBytes struct {
 	once sync.Once
 	data graphql.Marshaler // nil when the marshalling reported errors
-	// ready is data's bytes, set once data is: read without once by a
-	// subscriber that writes them itself (see eventCache.written).
-	ready atomic.Pointer[rawJSON]
+	// ready is set once data is, so that a subscriber that writes the
+	// bytes itself reads data without once (see eventCache.written).
+	ready atomic.Bool
 }
 
 // eventCache holds the marshallings of the last cachedEvents events.
@@ -100,10 +100,10 @@ func (c *eventCache) written(key eventKey) []byte {
 	if e == nil {
 		return nil
 	}
-	if b := e.ready.Load(); b != nil {
-		return *b
+	if !e.ready.Load() {
+		return nil
 	}
-	return nil
+	return e.data.(rawJSON)
 }
 
 // sharedWrites counts the events that websocket subscriptions wrote from
@@ -134,7 +134,7 @@ func (s *sharedSelection) key(ev *warble.TimelineEvent) eventKey {
 // is the response key of every event.
 func (ec *executionContext) noteShared(ctx context.Context, key eventKey) {
 	op, ok := warble.EventReceiverFromContext(ctx).(*wsOperation)
-	if !ok || !op.attached || op.shared != nil {
+	if !ok || op.events == nil || op.shared != nil {
 		return
 	}
 	oc := ec.OperationContext
@@ -263,9 +263,8 @@ func (ec *executionContext) sharedTimelineEvent(ctx context.Context, sel ast.Sel
 		objs.release()
 		if len(graphql.GetErrors(ctx)) == before {
 			// Made an interface value once, not once a subscriber.
-			r := rawJSON(mine)
-			e.data = r
-			e.ready.Store(&r)
+			e.data = rawJSON(mine)
+			e.ready.Store(true)
 		}
 	})
 	switch {

@@ -587,11 +587,12 @@ type wsOperation struct {
 	// ctx is the operation's own context, which cancel ends, as does the
 	// connection's end; the run's contexts (rctx) derive from it with
 	// values only.
-	ctx      context.Context
-	cancel   context.CancelFunc
-	rc       *graphql.OperationContext
-	attached bool                         // set by the hub during dispatch, read after it
-	events   <-chan *warble.TimelineEvent // the subscription's, set with attached
+	ctx    context.Context
+	cancel context.CancelFunc
+	rc     *graphql.OperationContext
+	// events is the subscription's channel, set by the hub (Attached)
+	// during dispatch and read after it; nil for other operations.
+	events <-chan *warble.TimelineEvent
 
 	mu        sync.Mutex
 	responses graphql.ResponseHandler // nil until dispatch returned
@@ -644,7 +645,7 @@ func (op *wsOperation) run(ctx context.Context, payload json.RawMessage, readSta
 	}
 	defer op.recover(ctx)
 	responses, ctx := c.exec.DispatchOperation(ctx, rc)
-	if op.attached {
+	if op.events != nil {
 		op.mu.Lock()
 		op.responses, op.rctx = responses, ctx
 		n := op.pending
@@ -713,7 +714,6 @@ func (op *wsOperation) fail(errs gqlerror.List) {
 
 // Attached implements warble.EventReceiver.
 func (op *wsOperation) Attached(events <-chan *warble.TimelineEvent) {
-	op.attached = true
 	op.events = events
 }
 
