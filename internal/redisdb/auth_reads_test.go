@@ -159,6 +159,90 @@ func TestAuthenticateSharesRoundTrips(t *testing.T) {
 	}
 }
 
+// TestAuthenticateYieldsBeforeSending checks that a request which finds
+// no read in flight yields once before it sends its own, and that the
+// reads queued meanwhile (here, by requests the test starts from its
+// yield) go out in its batch, each request getting its own user; a read
+// that queues behind one in flight does not yield.
+func TestAuthenticateYieldsBeforeSending(t *testing.T) {
+	ctx := context.Background()
+	db := newTestDB(t, Options{})
+	auth := NewAuthService(db)
+	var tokens []string
+	var users []*warble.User
+	for i := 0; len(users) < 6; i++ {
+		p := mustSignupSession(t, auth, fmt.Sprintf("user%d", i))
+		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
+			continue
+		}
+		tokens, users = append(tokens, p.Token), append(users, p.User)
+	}
+	check := func(i int, u *warble.User, err error) {
+		t.Helper()
+		if err != nil || *u != *users[i] {
+			t.Errorf("token %d: user %+v, err %v; want %+v", i, u, err, users[i])
+		}
+	}
+	var mu sync.Mutex
+	var sizes []int
+	auth.reads.batchN = func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}
+	batches := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		got := sizes
+		sizes = nil
+		return got
+	}
+
+	// Alone: it yields, finds no company, and goes.
+	var yields atomic.Int32
+	auth.reads.yield = func() { yields.Add(1) }
+	u, _, err := auth.Authenticate(ctx, tokens[0])
+	check(0, u, err)
+	if got, want := batches(), []int{1}; yields.Load() != 1 || !slices.Equal(got, want) {
+		t.Errorf("alone: %d yields, batches of %v reads; want 1, %v", yields.Load(), got, want)
+	}
+
+	// The others' requests, started from the first one's yield, which
+	// returns once they have queued: they go out with it.
+	var others sync.WaitGroup
+	auth.reads.yield = func() {
+		if yields.Add(1) != 2 {
+			return
+		}
+		for i := 1; i < len(tokens); i++ {
+			others.Go(func() {
+				u, _, err := auth.Authenticate(ctx, tokens[i])
+				check(i, u, err)
+			})
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for auth.reads.queued() < len(tokens)-1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reads queued, want %d", auth.reads.queued(), len(tokens)-1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	u, _, err = auth.Authenticate(ctx, tokens[0])
+	check(0, u, err)
+	others.Wait()
+	if got, want := batches(), []int{len(tokens)}; yields.Load() != 2 || !slices.Equal(got, want) {
+		t.Errorf("with company: %d yields in all, batches of %v reads; want 2, %v", yields.Load(), got, want)
+	}
+
+	// With nothing in flight, a read goes alone again.
+	u, _, err = auth.Authenticate(ctx, tokens[1])
+	check(1, u, err)
+	if got, want := batches(), []int{1}; yields.Load() != 3 || !slices.Equal(got, want) {
+		t.Errorf("alone again: %d yields in all, batches of %v reads; want 3, %v", yields.Load(), got, want)
+	}
+}
+
 // TestAuthenticateQueuedGivesUp checks that a request that stops waiting
 // for its batch (its client went away) gets its context's error, and that
 // the requests queued with it still get their answers, and later ones too.
