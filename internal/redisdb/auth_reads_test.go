@@ -84,6 +84,22 @@ type authResult struct {
 	err  error
 }
 
+// usersOfOneQueue signs n users up, with a session each, whose session
+// reads share a queue: on a cluster, users whose keys share one master.
+func usersOfOneQueue(tb testing.TB, auth *AuthService, n int) ([]string, []*warble.User) {
+	tb.Helper()
+	var tokens []string
+	var users []*warble.User
+	for i := 0; len(users) < n; i++ {
+		p := mustSignupSession(tb, auth, fmt.Sprintf("user%d", i))
+		if len(users) > 0 && masterOf(tb, auth, users[0].ID) != masterOf(tb, auth, p.User.ID) {
+			continue
+		}
+		tokens, users = append(tokens, p.Token), append(users, p.User)
+	}
+	return tokens, users
+}
+
 // TestAuthenticateSharesRoundTrips checks that requests which arrive while
 // a session read is in flight go to Redis together, in one round trip, and
 // that each gets its own answer: its own user, or UNAUTHENTICATED for a
@@ -92,17 +108,7 @@ func TestAuthenticateSharesRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	auth := NewAuthService(db)
-	// On a cluster, users whose keys share one master, whose reads share
-	// a queue.
-	var tokens []string
-	var users []*warble.User
-	for i := 0; len(users) < 6; i++ {
-		p := mustSignupSession(t, auth, fmt.Sprintf("user%d", i))
-		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
-			continue
-		}
-		tokens, users = append(tokens, p.Token), append(users, p.User)
-	}
+	tokens, users := usersOfOneQueue(t, auth, 6)
 	// The last user's session is revoked while its request waits; a token
 	// naming the first user with a wrong secret never was a session.
 	_, revoked, err := auth.Authenticate(ctx, tokens[5])
@@ -168,15 +174,7 @@ func TestAuthenticateYieldsBeforeSending(t *testing.T) {
 	ctx := context.Background()
 	db := newTestDB(t, Options{})
 	auth := NewAuthService(db)
-	var tokens []string
-	var users []*warble.User
-	for i := 0; len(users) < 6; i++ {
-		p := mustSignupSession(t, auth, fmt.Sprintf("user%d", i))
-		if len(users) > 0 && masterOf(t, auth, users[0].ID) != masterOf(t, auth, p.User.ID) {
-			continue
-		}
-		tokens, users = append(tokens, p.Token), append(users, p.User)
-	}
+	tokens, users := usersOfOneQueue(t, auth, 6)
 	check := func(i int, u *warble.User, err error) {
 		t.Helper()
 		if err != nil || *u != *users[i] {
