@@ -29,9 +29,12 @@ const maxSessionBatch = 128
 // parsed) reach their reads meanwhile, queue, and go out with it instead
 // of in the next round trip; a yield lets only goroutines that are
 // runnable now run first, and they soon block at their reads or other
-// I/O. At 16 requests in flight, a home page's batch held 4.3 reads on
-// average with the yield and 2.6 without, and Redis's CPU a page fell by a
-// fifth (BenchmarkHomePage, see BENCHMARKS.md).
+// I/O. If one runs long instead, the request waits for it before it
+// sends; without the yield it would have waited for it after its answer,
+// for a P, so the yield costs it at most one round trip. At 16 requests
+// in flight, a home page's batch held 4.3 reads on average with the yield
+// and 2.6 without, and Redis's CPU a page fell by a fifth
+// (BenchmarkHomePage, see BENCHMARKS.md).
 //
 // Every read is sent after its request arrived, never joined to a pipeline
 // already on its way, so a session revoked before a request came is seen
