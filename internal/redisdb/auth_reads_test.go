@@ -46,6 +46,18 @@ func holdReads(auth *AuthService) *heldReads {
 	return h
 }
 
+// recordReads records the size of every batch of auth's session reads,
+// holding none.
+func recordReads(auth *AuthService) *heldReads {
+	h := &heldReads{auth: auth, release: func() {}}
+	auth.reads.batchN = func(n int) {
+		h.mu.Lock()
+		h.sizes = append(h.sizes, n)
+		h.mu.Unlock()
+	}
+	return h
+}
+
 // waitQueued waits until the held read has reached Redis's door and n
 // reads are queued behind it.
 func (h *heldReads) waitQueued(tb testing.TB, n int) {
@@ -181,27 +193,14 @@ func TestAuthenticateYieldsBeforeSending(t *testing.T) {
 			t.Errorf("token %d: user %+v, err %v; want %+v", i, u, err, users[i])
 		}
 	}
-	var mu sync.Mutex
-	var sizes []int
-	auth.reads.batchN = func(n int) {
-		mu.Lock()
-		sizes = append(sizes, n)
-		mu.Unlock()
-	}
-	batches := func() []int {
-		mu.Lock()
-		defer mu.Unlock()
-		got := sizes
-		sizes = nil
-		return got
-	}
+	recorded := recordReads(auth)
 
 	// Alone: it yields, finds no company, and goes.
 	var yields atomic.Int32
 	auth.reads.yield = func() { yields.Add(1) }
 	u, _, err := auth.Authenticate(ctx, tokens[0])
 	check(0, u, err)
-	if got, want := batches(), []int{1}; yields.Load() != 1 || !slices.Equal(got, want) {
+	if got, want := recorded.batches(), []int{1}; yields.Load() != 1 || !slices.Equal(got, want) {
 		t.Errorf("alone: %d yields, batches of %v reads; want 1, %v", yields.Load(), got, want)
 	}
 
@@ -218,25 +217,19 @@ func TestAuthenticateYieldsBeforeSending(t *testing.T) {
 				check(i, u, err)
 			})
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for auth.reads.queued() < len(tokens)-1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d reads queued, want %d", auth.reads.queued(), len(tokens)-1)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		recorded.waitQueued(t, len(tokens)-1)
 	}
 	u, _, err = auth.Authenticate(ctx, tokens[0])
 	check(0, u, err)
 	others.Wait()
-	if got, want := batches(), []int{len(tokens)}; yields.Load() != 2 || !slices.Equal(got, want) {
+	if got, want := recorded.batches(), []int{1, len(tokens)}; yields.Load() != 2 || !slices.Equal(got, want) {
 		t.Errorf("with company: %d yields in all, batches of %v reads; want 2, %v", yields.Load(), got, want)
 	}
 
 	// With nothing in flight, a read goes alone again.
 	u, _, err = auth.Authenticate(ctx, tokens[1])
 	check(1, u, err)
-	if got, want := batches(), []int{1}; yields.Load() != 3 || !slices.Equal(got, want) {
+	if got, want := recorded.batches(), []int{1, len(tokens), 1}; yields.Load() != 3 || !slices.Equal(got, want) {
 		t.Errorf("alone again: %d yields in all, batches of %v reads; want 3, %v", yields.Load(), got, want)
 	}
 }
