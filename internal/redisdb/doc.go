@@ -102,7 +102,8 @@
 //     delivers without walking them (fanOutCarried): those are the
 //     followers "as of the walk", and one who follows after the step gets
 //     the post from their follow's backfill, which finds it in the
-//     author's posts set.
+//     author's posts set. By the same argument, a post whose author has
+//     no followers in that step gets no job at all (its step lists it).
 //   - On a Redis Cluster, the post's keys and the stream are in different
 //     slots, so the job is recorded in its author's outbox by
 //     createPostScript (and, on either, by deletePostScript), in the same

@@ -104,8 +104,16 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // The job carries the author's followers when they are few (at most
 // ARGV[16]) and in the one followers set (no followerBuckets field), read
 // in this step: its worker then delivers at once, without reading them
-// (see fanOutCarried). Reads fail only on a key of another type, before
-// anything is written.
+// (see fanOutCarried). An author who has none there, and whose job could
+// carry them, gets no job: the step lists the post itself, and the job
+// would have had no one to deliver to. A follow after the step gets the
+// post from its backfill, as it does after a carried job's step, so the
+// post reaches every follower all the same, and it saves Redis the job's
+// XADD, its read by a worker and its end (BENCHMARKS.md, "No job for a
+// post that no one follows"). Should the listing fail, the step queues
+// the job after all, unlisted, and marks the post for the mover as it
+// marks a post with a job. Reads fail only on a key of another type,
+// before anything is written.
 //
 // KEYS[1] -> w:u:{<author>}:p:<seq>
 // KEYS[2] -> w:u:{<author>}:posts
@@ -131,18 +139,26 @@ return storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 
 // each "" for none.
 var createPostOneRedisScript = newPubScript(addCappedLua + listGlobalLua + storePostLua + `
 local job
+local queued = false
 if ARGV[9] ~= '' then
 	job = {'op', ARGV[9], 'author', ARGV[10], 'seq', ARGV[1], 'post', ARGV[2]}
 	local most = tonumber(ARGV[16])
-	if most > 0 and not redis.call('HGET', KEYS[7], ARGV[17]) and redis.call('ZCARD', KEYS[6]) <= most then
+	local count = -1
+	if most > 0 and not redis.call('HGET', KEYS[7], ARGV[17]) then
+		count = redis.call('ZCARD', KEYS[6])
+	end
+	if count > 0 and count <= most then
 		job[#job + 1] = 'followers'
 		job[#job + 1] = table.concat(redis.call('ZRANGE', KEYS[6], 0, -1), ' ')
 	end
 	job[#job + 1] = 'listed'
 	job[#job + 1] = '1'
-	redis.call('XADD', KEYS[4], '*', unpack(job))
+	if count ~= 0 then
+		redis.call('XADD', KEYS[4], '*', unpack(job))
+		queued = true
+	end
 end
-local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], ARGV[9] ~= '')
+local inRedis = storePost(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8], queued)
 local function failure(ok, err)
 	if ok then
 		return ''
@@ -155,6 +171,9 @@ local globalErr = failure(pcall(listGlobal, KEYS[5], KEYS[9], ARGV[1], ARGV[2], 
 if globalErr ~= '' and job then
 	job[#job], job[#job - 1] = nil, nil
 	redis.call('XADD', KEYS[4], '*', unpack(job))
+	if not queued then
+		redis.call('HSET', KEYS[1], 'fanout', '1')
+	end
 end
 local dueErr = ''
 if KEYS[8] then

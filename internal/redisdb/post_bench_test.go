@@ -47,6 +47,8 @@ func BenchmarkSmallPost(b *testing.B) {
 	}
 	posts := NewPostService(db)
 	signedIn := warble.NewContextWithUser(ctx, author)
+	loner := mustSignup(b, db, "loner")
+	alone := warble.NewContextWithUser(ctx, loner)
 	mustCreatePost(b, db, author.ID, "loads the scripts, makes the group")
 	counter := &redistest.RoundTrips{}
 	db.client.AddHook(counter)
@@ -75,6 +77,26 @@ func BenchmarkSmallPost(b *testing.B) {
 			}
 		})
 		drainFanOut(b, db)
+	})
+	b.Run("nobody", func(b *testing.B) {
+		// A post by an author whom no one follows, with its job, if it
+		// has one, run to its end by one worker.
+		w := NewWorker(db, WorkerOptions{})
+		measure(b, func() {
+			for range b.N {
+				if _, err := posts.CreatePost(alone, loner.ID, "a post to no one"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for {
+				n, err := w.step(ctx)
+				if err != nil {
+					b.Fatal(err)
+				} else if n == 0 && queuedJobs(b, db) == 0 {
+					return
+				}
+			}
+		})
 	})
 	b.Run("job", func(b *testing.B) {
 		for range b.N {

@@ -560,3 +560,89 @@ func TestCreatePostOneRedis(t *testing.T) {
 		t.Fatalf("%d jobs queued for refused posts", n)
 	}
 }
+
+// TestCreatePostWithoutFollowers: on one Redis, a post by an author whom no
+// one follows queues no fan-out job. Its step lists it on the global
+// timeline and its author's own, as for any post, and leaves its hash
+// unmarked for the mover; a follow after it gets the post from its
+// backfill, and the author's next post, which has a follower to reach,
+// queues a job again. When the global timeline refuses the post, the step
+// queues the job that lists it after all, and marks the hash until that
+// job has run.
+func TestCreatePostWithoutFollowers(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	if db.chainedPosts {
+		t.Skip("a Redis Cluster queues every post's job through the outbox: see TestOutboxSweep")
+	}
+	posts := NewPostService(db)
+	ada := mustSignup(t, db, "ada")
+	mustCreatePost(t, db, ada.ID, "loads the script")
+
+	trips := &roundTrips{}
+	db.client.AddHook(trips)
+	p, err := posts.CreatePost(ctx, ada.ID, "to no one yet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 2 {
+		t.Errorf("CreatePost took %d round trips, want 2", n)
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Fatalf("%d jobs queued for a post with no one to deliver to", n)
+	}
+	for _, key := range []string{globalKey, postsKey(ada.ID), homeKey(ada.ID)} {
+		if _, err := db.client.ZScore(ctx, key, p.ID).Result(); err != nil {
+			t.Errorf("%s lacks the post: %v", key, err)
+		}
+	}
+	if n := db.client.HExists(ctx, postKey(ada.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val(); n {
+		t.Error("the post is marked as awaiting a fan-out that no job will do")
+	}
+
+	bob := mustSignup(t, db, "bob")
+	if err := NewFollowService(db).Follow(ctx, bob.ID, ada.ID); err != nil {
+		t.Fatal(err)
+	}
+	if holding(t, db, []string{bob.ID}, p.ID) != 1 {
+		t.Fatal("a follow after the post did not get it from its backfill")
+	}
+	next, err := posts.CreatePost(ctx, ada.ID, "to bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := queuedJobs(t, db); n != 1 {
+		t.Fatalf("%d jobs queued for a post with a follower, want 1", n)
+	}
+	drainFanOut(t, db)
+	if holding(t, db, []string{bob.ID}, next.ID) != 1 {
+		t.Fatal("the follower lacks the post")
+	}
+
+	// The global timeline refuses the post (a string where it should be).
+	cy := mustSignup(t, db, "cyd")
+	if err := db.client.Set(ctx, globalKey, "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err = posts.CreatePost(ctx, cy.ID, "the global timeline is broken")
+	if err != nil {
+		t.Fatalf("CreatePost answered %v for a post it stored", err)
+	}
+	if err := db.client.Del(ctx, globalKey).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := queuedJobs(t, db); n != 1 {
+		t.Fatalf("%d jobs queued for a post the global timeline refused, want the one that lists it", n)
+	}
+	cyPost := postKey(cy.ID, strconv.FormatInt(p.Seq, 10))
+	if !db.client.HExists(ctx, cyPost, fanOutPendingField).Val() {
+		t.Error("the post is not marked for the mover while its job is queued")
+	}
+	drainFanOut(t, db)
+	if _, err := db.client.ZScore(ctx, globalKey, p.ID).Result(); err != nil {
+		t.Fatalf("the job did not list the post on the global timeline: %v", err)
+	}
+	if db.client.HExists(ctx, cyPost, fanOutPendingField).Val() {
+		t.Error("the post is still marked after its job ran")
+	}
+}
