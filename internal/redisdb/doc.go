@@ -93,7 +93,7 @@
 //   - On one Redis, createPostOneRedisScript queues the job (XADD) in the
 //     atomic step that stores the post, and CreatePost answers only after
 //     that step: the job is in the stream if and only if the post was
-//     stored, and no outbox is needed. (A script there may touch every key
+//     stored (and has followers to reach: below), and no outbox is needed. (A script there may touch every key
 //     it declares, whatever their slots.) The same step lists the post on
 //     the global timeline, and the job says so (listed), so that its
 //     worker does not list it again; if that listing fails, the step
