@@ -23,7 +23,12 @@ import (
 // timelines call it where the server's workers would run in the background.
 func drainFanOut(tb testing.TB, db *DB) {
 	tb.Helper()
-	w := NewWorker(db, WorkerOptions{})
+	runUntilDrained(tb, db, NewWorker(db, WorkerOptions{}))
+}
+
+// runUntilDrained runs w's steps until no fan-out job is left queued.
+func runUntilDrained(tb testing.TB, db *DB, w *Worker) {
+	tb.Helper()
 	for {
 		n, err := w.step(context.Background())
 		if err != nil {

@@ -88,14 +88,7 @@ func BenchmarkSmallPost(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			for {
-				n, err := w.step(ctx)
-				if err != nil {
-					b.Fatal(err)
-				} else if n == 0 && queuedJobs(b, db) == 0 {
-					return
-				}
-			}
+			runUntilDrained(b, db, w)
 		})
 	})
 	b.Run("job", func(b *testing.B) {
@@ -197,14 +190,7 @@ func BenchmarkWalkedJob(b *testing.B) {
 				db.client.AddHook(counter)
 				cpu, own, trips := redisCPU(b, db), processCPU(), counter.N()
 				b.ResetTimer()
-				for {
-					k, err := w.step(ctx)
-					if err != nil {
-						b.Fatal(err)
-					} else if k == 0 && queuedJobs(b, db) == 0 {
-						break
-					}
-				}
+				runUntilDrained(b, db, w)
 				b.StopTimer()
 				deliveries := float64(n * b.N)
 				b.ReportMetric((redisCPU(b, db)-cpu)*1e6/deliveries, "redis-µs/delivery")
