@@ -96,17 +96,16 @@
 //     stored (and has followers to reach: below), and no outbox is
 //     needed. (A script there may touch every key it declares, whatever
 //     their slots.) The same step lists the post on the global timeline,
-//     and the job says so (listed), so that its
-//     worker does not list it again; if that listing fails, the step
-//     queues the job a second time without listed. A job of an author
-//     with few followers carries them, read in that step, and its worker
-//     delivers without walking them (fanOutCarried): those are the
-//     followers "as of the walk", and one who follows after the step gets
-//     the post from their follow's backfill, which finds it in the
-//     author's posts set. By the same argument, a post whose author has
-//     no followers in that step gets no job at all: the step has listed
-//     it. (Should that listing fail, the step queues the job that lists
-//     it, without listed, as above.)
+//     and the job says so (listed), so that its worker does not list it
+//     again; if that listing fails, the step queues the job a second time
+//     without listed. A job of an author with few followers carries
+//     them, read in that step, and its worker delivers without walking
+//     them (fanOutCarried): those are the followers "as of the walk", and
+//     one who follows after the step gets the post from their follow's
+//     backfill, which finds it in the author's posts set. By the same
+//     argument, a post whose author has no followers in that step gets no
+//     job at all: the step has listed it. (Should that listing fail, the
+//     step queues the job that lists it, without listed, as above.)
 //   - On a Redis Cluster, the post's keys and the stream are in different
 //     slots, so the job is recorded in its author's outbox by
 //     createPostScript (and, on either, by deletePostScript), in the same

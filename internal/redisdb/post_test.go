@@ -582,7 +582,7 @@ func TestCreatePostWithoutFollowers(t *testing.T) {
 			t.Errorf("%s lacks the post: %v", key, err)
 		}
 	}
-	if n := db.client.HExists(ctx, postKey(ada.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val(); n {
+	if db.client.HExists(ctx, postKey(ada.ID, strconv.FormatInt(p.Seq, 10)), fanOutPendingField).Val() {
 		t.Error("the post is marked as awaiting a fan-out that no job will do")
 	}
 
