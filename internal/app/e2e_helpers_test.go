@@ -514,7 +514,11 @@ func (s *testServer) syncCursor(t testing.TB, u testUser) string {
 }
 
 // connectSlow is connect for a client whose socket buffers are tiny, so that
-// when it stops reading the server notices soon.
+// when it stops reading the server notices soon. Its kernel may drop a
+// segment that does not fit, which the server resends only when its
+// retransmission timer fires, seconds later: fine for a client that is
+// never to read again, not for one that resumes (see
+// TestSlowSubscriberDoesNotStallOthers).
 func (s *testServer) connectSlow(t testing.TB) *wsClient {
 	t.Helper()
 	d := websocket.Dialer{

@@ -321,14 +321,21 @@ func TestManySubscriptionsLeakNoGoroutines(t *testing.T) {
 }
 
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
-	// Small socket buffers on the server too, or the kernel would hold
-	// every event for the slow client and it would never fall behind. A
-	// long write timeout keeps the slow client connected throughout (see
+	// Small socket buffers on the server, or the kernel would hold every
+	// event for the slow client and it would never fall behind. A long
+	// write timeout keeps the slow client connected throughout (see
 	// TestStalledClientIsDisconnected for what a short one does).
+	//
+	// The slow client's own receive buffer is the kernel's default, not
+	// connectSlow's tiny one: the 1,000 events still overflow it, and a
+	// tiny one makes its kernel drop a segment it has no room for. The
+	// server then resends only on its retransmission timer, which has
+	// backed off for as long as the client did not read: on a loaded
+	// machine, for longer than a read waits.
 	s := newTestServerOn(t, smallWriteBuffers, func(c *Config) { c.WriteTimeout = 2 * time.Minute })
 	u := s.signup(t, "fast")
 	after := s.syncCursor(t, u)
-	slow := s.connectSlow(t)
+	slow := s.connect(t, protoTransportWS, "")
 	slow.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
 	fast := s.connect(t, protoTransportWS, "")
 	fast.subscribe("g", `subscription($a: String) { globalTimeline(after: $a) { `+eventFields+` } }`, map[string]any{"a": after})
