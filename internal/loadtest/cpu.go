@@ -108,6 +108,69 @@ func procCPU(pid string) time.Duration {
 	return time.Duration(u+k) * (time.Second / 100)
 }
 
+// serverCPU returns the CPU time the server has used (its process's, given
+// by -server-pid), or -1 when it is not known.
+func serverCPU(o options) time.Duration {
+	if o.serverPID <= 0 {
+		return -1
+	}
+	return procCPU(strconv.Itoa(o.serverPID))
+}
+
+// postCPU is the CPU time a post of a createPost run took: the server's
+// (its fan-out workers included), Redis's main thread's (the masters'
+// summed, on a cluster) and this tool's, from the run's start to the end of
+// the drain of the fan-out jobs it queued, over the run's posts; -1 where
+// not known. On a machine that runs all three, their sum is what bounds
+// the rate: two CPUs give 2 s of CPU time a second.
+type postCPU struct{ server, redis, tool time.Duration }
+
+// perPost returns postCPU for posts from CPU marks and server readings
+// taken before the run and after its drain.
+func perPost(before, after cpuMark, server0, server1 time.Duration, posts float64) postCPU {
+	each := func(d time.Duration) time.Duration {
+		if d < 0 || posts < 1 {
+			return -1
+		}
+		return time.Duration(float64(d) / posts)
+	}
+	return postCPU{
+		server: each(since(server0, server1)),
+		redis:  each(since(before.redis, after.redis)),
+		tool:   each(since(before.tool, after.tool)),
+	}
+}
+
+// medianPostCPU returns each part's median over the runs where it is
+// known, -1 where it is known in none.
+func medianPostCPU(runs []postCPU) postCPU {
+	pick := func(f func(postCPU) time.Duration) time.Duration {
+		var v []time.Duration
+		for _, r := range runs {
+			if d := f(r); d >= 0 {
+				v = append(v, d)
+			}
+		}
+		if len(v) == 0 {
+			return -1
+		}
+		return medianOf(v)
+	}
+	return postCPU{
+		server: pick(func(c postCPU) time.Duration { return c.server }),
+		redis:  pick(func(c postCPU) time.Duration { return c.redis }),
+		tool:   pick(func(c postCPU) time.Duration { return c.tool }),
+	}
+}
+
+// micros renders a CPU time to the microsecond, or "-" when unknown.
+func micros(d time.Duration) string {
+	if d < 0 {
+		return "-"
+	}
+	return d.Round(time.Microsecond).String()
+}
+
 // since returns b - a, two readings of one CPU clock, or -1 if either is
 // unknown.
 func since(a, b time.Duration) time.Duration {

@@ -396,19 +396,13 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 			return r, fmt.Errorf("server RSS: %w", err)
 		}
 	}
-	serverCPU := func() time.Duration {
-		if o.serverPID <= 0 {
-			return -1
-		}
-		return procCPU(strconv.Itoa(o.serverPID))
-	}
 	// The tool's garbage collector stays off while the measured post is
 	// delivered: a collection then would scan its 10,000 readers' stacks
 	// on the CPUs the server needs (a quarter of the tool's CPU over the
 	// burst in a profile), and the burst allocates little.
 	runtime.GC()
 	gc := debug.SetGCPercent(-1)
-	mark, server := markCPU(ctx, db.Client()), serverCPU()
+	mark, server := markCPU(ctx, db.Client()), serverCPU(o)
 	answered, err := publish("live: the measured post")
 	if err != nil {
 		debug.SetGCPercent(gc)
@@ -421,7 +415,7 @@ func measureLive(ctx context.Context, db *redisdb.DB, hc *http.Client, serverURL
 		return r, err
 	}
 	r.window = end.at.Sub(mark.at)
-	r.serverCPU, r.toolCPU, r.redisCPU = since(server, serverCPU()), since(mark.tool, end.tool), since(mark.redis, end.redis)
+	r.serverCPU, r.toolCPU, r.redisCPU = since(server, serverCPU(o)), since(mark.tool, end.tool), since(mark.redis, end.redis)
 	r.lost, r.early = lost, early
 	pct := func(lat []time.Duration, p float64) time.Duration {
 		if len(lat) == 0 {

@@ -67,7 +67,7 @@ type options struct {
 
 	sockets     int           // live subscribers to open at once; 0: no live measurement
 	socketsOnly bool          // measure only the live subscribers
-	serverPID   int           // the server's process, whose RSS the live measurement reads; 0: not known
+	serverPID   int           // the server's process, whose RSS and CPU time the tool reads; 0: not known
 	liveTimeout time.Duration // longest time to open the subscribers, and to wait for one post to reach them
 	liveIdle    time.Duration // how long the subscribers stay idle before the server's RSS is read
 }
@@ -105,7 +105,7 @@ func main() {
 	flag.IntVar(&o.sockets, "sockets", 0, "open this many graphql-transport-ws subscribers at once (a fifth on the home timelines of one author's followers, "+
 		"the rest on the global timeline), and time one post of that author to all of them; 0: do not")
 	flag.BoolVar(&o.socketsOnly, "sockets-only", false, "measure only the -sockets subscribers")
-	flag.IntVar(&o.serverPID, "server-pid", 0, "the server's process id, for its RSS before and after the -sockets subscribers open (run.sh passes it)")
+	flag.IntVar(&o.serverPID, "server-pid", 0, "the server's process id, for its CPU time a post and its RSS before and after the -sockets subscribers open (run.sh passes it)")
 	flag.DurationVar(&o.liveTimeout, "live-timeout", 2*time.Minute, "longest time to open the -sockets subscribers, and to wait for one post to reach them all")
 	flag.DurationVar(&o.liveIdle, "live-idle", 5*time.Second, "how long the -sockets subscribers stay idle before the server's RSS is read")
 	flag.Parse()
@@ -288,6 +288,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	var homes, types, raws, creates, singles []result
 	var drains []time.Duration
 	var done []float64 // posts with their fan-out done per second, by createPost run
+	var cpus []postCPU // by createPost run at o.concurrency
 	for range o.runs {
 		for _, m := range []struct {
 			fn          func(context.Context, *rand.Rand) error
@@ -297,7 +298,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			{home, o.concurrency, &homes}, {typename, o.concurrency, &types}, {raw, o.concurrency, &raws},
 			{create, o.concurrency, &creates}, {create, 1, &singles},
 		} {
-			before := markCPU(ctx, client)
+			before, server := markCPU(ctx, client), serverCPU(o)
 			cc, cluster := client.(*redis.ClusterClient)
 			var masters map[string]time.Duration
 			if cluster && m.dst == &creates {
@@ -321,15 +322,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 					return err
 				}
 				if m.dst == &creates {
+					posts := r.rate * r.took.Seconds()
 					drains = append(drains, d)
-					done = append(done, r.rate*r.took.Seconds()/(r.took+d).Seconds())
+					done = append(done, posts/(r.took+d).Seconds())
+					cpus = append(cpus, perPost(before, markCPU(ctx, client), server, serverCPU(o), posts))
 				}
 			}
 		}
 	}
 	rep.home, rep.typename, rep.raw = median(homes), median(types), median(raws)
 	rep.create, rep.createSingle = median(creates), median(singles)
-	rep.drain, rep.createDone = medianOf(drains), medianOf(done)
+	rep.drain, rep.createDone, rep.createCPU = medianOf(drains), medianOf(done), medianPostCPU(cpus)
 
 	if rep.fan, err = measureFanOut(ctx, db, rdb, hc, gql, rep.fanAuthors, o); err != nil {
 		return fmt.Errorf("fan-out: %w", err)

@@ -245,6 +245,11 @@ func TestRunTiny(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
+	// A post's CPU: the server's is not known (it runs in this process,
+	// and no -server-pid was given), the tool's always is.
+	if !regexp.MustCompile(`CPU a post at concurrency 2, from a run's start to its drain's end \(medians\): server - \(its workers included\), Redis main thread (-|[0-9.]+[nµm]?s), this tool [0-9.]+[nµm]?s\n`).MatchString(report) {
+		t.Errorf("report lacks a post's CPU:\n%s", report)
+	}
 	// Each author posted at least once in each of the 2 busy runs.
 	if busy := regexp.MustCompile(`(?m)^\| (7|30) \| [0-9.]+[µm]?s \| ([0-9]+) \| [0-9]+ \|`).FindAllStringSubmatch(report, -1); len(busy) != 2 {
 		t.Errorf("report lacks the -fanout-busy rows for 7 and 30 followers:\n%s", report)
@@ -264,6 +269,35 @@ func TestRunTiny(t *testing.T) {
 	// The tool refuses to seed over data.
 	if err := run(context.Background(), options{serverURL: url, redisURL: srv.URL, users: 12, runs: 1, concurrency: 1}, io.Discard); err == nil || !strings.Contains(err.Error(), "-flush") {
 		t.Errorf("run on a Redis with data: %v", err)
+	}
+}
+
+func TestPerPost(t *testing.T) {
+	ms := time.Millisecond
+	before := cpuMark{redis: 10 * ms, tool: 100 * ms}
+	after := cpuMark{redis: 30 * ms, tool: 104 * ms}
+	got := perPost(before, after, 50*ms, 90*ms, 100)
+	if want := (postCPU{server: 400 * time.Microsecond, redis: 200 * time.Microsecond, tool: 40 * time.Microsecond}); got != want {
+		t.Errorf("perPost = %+v, want %+v", got, want)
+	}
+	// Unknown readings, and a run without posts, give -1.
+	got = perPost(cpuMark{redis: -1, tool: 100 * ms}, after, -1, 90*ms, 100)
+	if got.server != -1 || got.redis != -1 || got.tool != 40*time.Microsecond {
+		t.Errorf("perPost with unknown readings = %+v", got)
+	}
+	if got := perPost(before, after, 50*ms, 90*ms, 0); got != (postCPU{-1, -1, -1}) {
+		t.Errorf("perPost of no posts = %+v", got)
+	}
+	// Medians over the runs where a part is known.
+	runs := []postCPU{{3, 30, 300}, {1, 10, -1}, {2, -1, 200}, {5, 20, -1}}
+	if got := medianPostCPU(runs); got != (postCPU{3, 20, 300}) {
+		t.Errorf("medianPostCPU = %+v, want {3 20 300}", got)
+	}
+	if got := medianPostCPU([]postCPU{{-1, 5, -1}}); got != (postCPU{-1, 5, -1}) {
+		t.Errorf("medianPostCPU, parts known in no run = %+v", got)
+	}
+	if micros(-1) != "-" || micros(1234567*time.Nanosecond) != "1.235ms" {
+		t.Errorf("micros: %q, %q", micros(-1), micros(1234567*time.Nanosecond))
 	}
 }
 

@@ -21,6 +21,7 @@ type report struct {
 	// createDone is how many posts a second a createPost run completed,
 	// answered and fanned out: its posts over the run and its drain.
 	createDone float64
+	createCPU  postCPU // a post's, at opts.concurrency, medians of the runs
 	fanAuthors []fanAuthor
 	fan        []fanResult
 	busy       []busyResult    // createPost while a fan-out author keeps posting (-fanout-busy)
@@ -152,6 +153,9 @@ func (r *report) write(out io.Writer) {
 		r.home.rate/r.typename.rate, goalHomeVsTypename, r.home.rate/r.raw.rate, goalHomeVsRaw)
 	fmt.Fprintf(out, "the fan-out jobs each createPost run queued took %s (median) to drain after it\n", r.drain.Round(time.Millisecond))
 	fmt.Fprintf(out, "posts answered and fanned out per second at concurrency %d: %.0f (median; a run's posts over its time and its drain's)\n", o.concurrency, r.createDone)
+	c := r.createCPU
+	fmt.Fprintf(out, "CPU a post at concurrency %d, from a run's start to its drain's end (medians): server %s (its workers included), Redis main thread %s, this tool %s\n",
+		o.concurrency, micros(c.server), micros(c.redis), micros(c.tool))
 	fmt.Fprintf(out, "busy: CPU time over wall time, 100%% = one CPU of %d; what is left went to the server, its workers and anything else on the machine\n", runtime.NumCPU())
 
 	if len(r.fan) > 0 {
