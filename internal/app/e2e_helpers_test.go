@@ -515,8 +515,8 @@ func (s *testServer) syncCursor(t testing.TB, u testUser) string {
 
 // connectSlow is connect for a client whose socket buffers are tiny, so that
 // when it stops reading the server notices soon. Its kernel may drop a
-// segment that does not fit, which the server resends only when its
-// retransmission timer fires, seconds later: fine for a client that is
+// segment that does not fit, which the server resends only when a backed
+// off timer of its TCP fires, seconds later: fine for a client that is
 // never to read again, not for one that resumes (see
 // TestSlowSubscriberDoesNotStallOthers).
 func (s *testServer) connectSlow(t testing.TB) *wsClient {

@@ -329,9 +329,10 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	// The slow client's own receive buffer is the kernel's default, not
 	// connectSlow's tiny one: the 1,000 events still overflow it, and a
 	// tiny one makes its kernel drop a segment it has no room for. The
-	// server then resends only on its retransmission timer, which has
-	// backed off for as long as the client did not read: on a loaded
-	// machine, for longer than a read waits.
+	// server's TCP then sends again only when a timer of its own fires
+	// (retransmission, then window probes), and that timer has backed off
+	// for as long as the client did not read: on a loaded machine, for
+	// longer than a read waits.
 	s := newTestServerOn(t, smallWriteBuffers, func(c *Config) { c.WriteTimeout = 2 * time.Minute })
 	u := s.signup(t, "fast")
 	after := s.syncCursor(t, u)
