@@ -570,9 +570,14 @@ func TestCreatePostWithoutFollowers(t *testing.T) {
 	ada := mustSignup(t, db, "ada")
 	mustCreatePost(t, db, ada.ID, "loads the script")
 
+	trips := &roundTrips{}
+	db.client.AddHook(trips)
 	p, err := posts.CreatePost(ctx, ada.ID, "to no one yet")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 2 {
+		t.Errorf("CreatePost took %d round trips, want 2 (the seq, the step)", n)
 	}
 	if n := queuedJobs(t, db); n != 0 {
 		t.Fatalf("%d jobs queued for a post with no one to deliver to", n)
