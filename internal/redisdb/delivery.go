@@ -110,10 +110,10 @@ return 1
 // instead, at the end of that batch's pipeline, after its deliveries (see
 // finishFanOutLua): the same script, so that a Redis that lost its
 // scripts refuses the deliveries and the end alike, and never runs the
-// end of a job whose deliveries it refused. Called with ARGV[1] "list", it
-// lists a carried job's post on the global timeline and counts the job's
-// mark (see listCarriedLua).
-var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + listCarriedLua + addTrimmedLua + `
+// end of a job whose deliveries it refused. Called with ARGV[1]
+// "carried", it runs jobs that carry their followers whole, their
+// deliveries and their end in one step (see carriedLua).
+var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + addTrimmedLua + carriedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local n = math.floor(#KEYS / 3)
@@ -163,21 +163,20 @@ return added
 // it from the stream and drops its cursor (as Worker.finish does), in one
 // atomic step. For a job whose hash is gone it writes nothing, and the job
 // goes on as after a batch's check that found it gone: a deleted post must
-// be taken back off before its job may leave the stream. The jobs of a
-// pipeline of carried jobs end in one call (fanOutCarried), with one XACK,
-// one XDEL and one DEL for all of them, where a call per job cost Redis a
-// script call and those three commands per post.
+// be taken back off before its job may leave the stream. It takes several
+// jobs, with one XACK, one XDEL and one DEL for all of them, though its
+// callers end one job a call.
 //
 // A pipeline runs each of its commands whatever the others answered, so
 // the end would run after deliveries that Redis refused (a Redis at its
 // maxmemory refuses their writes, and not the end's, which frees memory),
 // and the job would leave the stream with its post on none of those
 // followers. So each delivery call of the pipeline counts up the job's
-// mark once its deliveries are all done (and so does the listing of a
-// carried job's post on the global timeline, listCarriedLua), the
-// pipeline drops the mark before them, and the end ends only a job whose
-// mark counts all of its calls; the others stay pending, to be taken over
-// and run again.
+// mark once its deliveries are all done, the pipeline drops the mark
+// before them, and the end ends only a job whose mark counts all of its
+// calls; the others stay pending, to be taken over and run again. (Jobs
+// that carry their followers need no mark: carriedLua delivers and ends
+// them in one step.)
 //
 // KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs, the jobs' stream
 // KEYS[3i-1] -> the i-th job's post, w:u:{<author>}:p:<seq>
@@ -187,8 +186,8 @@ return added
 // ARGV[2] -> the consumer group
 // ARGV[3] -> fanOutPendingField
 // ARGV[3+i] -> the i-th job's entry id
-// ARGV[3+m+i] -> how many calls that count the mark (deliveries and
-// listing) the i-th job's pipeline sent (m jobs)
+// ARGV[3+m+i] -> how many delivery calls, which count the mark, the i-th
+// job's pipeline sent (m jobs)
 //
 // Returns, for each job in turn, 1 if the hash exists (and the job is
 // finished), 0 if it does not, -1 if the job's deliveries are not all
@@ -219,49 +218,138 @@ if ARGV[1] == 'finish' then
 end
 `
 
-// listCarriedLua is deliverBatchScript's "list" entry: on one Redis, in
-// the pipeline of a carried job whose step did not list its post
-// (fanOutCarried), it lists the post on the global timeline (listGlobal)
-// and then counts up the job's mark, as a delivery call does. The end
-// (finishFanOutLua) counts the listing among the job's calls, so a job
-// whose listing Redis refused (a WRONGTYPE, say, which refuses no
-// delivery) stays pending rather than end with its post on no global
-// timeline: a script stops at a command that fails, before the INCR.
+// carriedLua is deliverBatchScript's "carried" entry: on one Redis it
+// runs whole, in one atomic step, jobs of one shard that carry their
+// authors' followers (fanOutCarried). For each job in turn it lists the
+// post on the global timeline unless the job's step did (listed), and
+// delivers it to the job's followers as the guarded deliveries do (the
+// guard, the inactive skip, the add and its trim, the announce where
+// someone listens); then, if the post's hash still exists, it clears the
+// post's fanOutPendingField and ends the job: one XACK and one XDEL for
+// all the jobs that ended.
 //
-// KEYS[1] -> the job's mark, w:{fanout}:delivered:<entry id>
+// A pipeline of delivery calls and a "finish" call after them needed a
+// mark per job, dropped before the calls and counted up by each, since a
+// pipeline runs each command whatever the others answered; here the
+// deliveries and the end are one step, so a job ends only if its own
+// writes all went through, and there is no mark to write or read. Each job
+// runs in a pcall of its own, so a command that Redis refuses (a Redis at
+// its maxmemory refuses the first write of a step, a key of another type
+// refuses one job's add) leaves that job pending, with its answer, and
+// the others go on; a job run again delivers nothing twice. What the
+// seen times and the listeners cost, one MGET and one PUBSUB NUMSUB, is
+// shared by every follower of the call, and the job's script call, its
+// mark's three commands and its share of the end are one call for all.
+//
+// KEYS[1] -> w:{fanout}:jobs or w:{fanout:<i>}:jobs, the jobs' stream
 // KEYS[2] -> w:global
-// KEYS[3] -> w:{w:global}:tail (with an archive)
-// ARGV[1] -> "list"
-// ARGV[2] -> post seq
-// ARGV[3] -> post id
-// ARGV[4] -> the timeline's cap
-// ARGV[5] -> the timeline's channel
-// ARGV[6] -> the added message
+// KEYS[3] -> w:{w:global}:tail (with an archive, ARGV[9] 3)
+// KEYS[k+j] -> the j-th job's post, w:u:{<author>}:p:<seq> (k = ARGV[9])
+// KEYS[k+m+3i-2], KEYS[k+m+3i-1], KEYS[k+m+3i] -> the home timeline,
+// following set and seen key of the i-th follower, the jobs' followers
+// one job after another: w:u:{<follower>}:home, …:following, …:seen
+// ARGV[1] -> "carried"
+// ARGV[2] -> the consumer group
+// ARGV[3] -> fanOutPendingField
+// ARGV[4] -> the home timelines' cap
+// ARGV[5] -> the inactive cutoff, unix ms (0: none)
+// ARGV[6] -> the global timeline's cap
+// ARGV[7] -> the global timeline's channel
+// ARGV[8] -> m, how many jobs
+// ARGV[9] -> k, how many keys come before the posts' (2, or 3 with a tail)
+// ARGV[10+7(j-1)] .. ARGV[16+7(j-1)] -> the j-th job's entry id, post
+// seq, post id, author id, added message, how many followers it carries,
+// and "1" if its step listed the post, else "0"
+// ARGV[9+7m+i] -> the i-th follower's home channel (n followers)
+// ARGV[10+7m+n] -> a character for each follower in turn, "1" to trim the
+// follower's timeline back to its cap after the add (rawTrim), else "0"
 //
-// Returns what listGlobal returns.
-const listCarriedLua = `
-if ARGV[1] == 'list' then
-	local added = listGlobal(KEYS[2], KEYS[3], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6])
-	redis.call('INCR', KEYS[1])
-	return added
+// Returns, for each job in turn, how many followers it added the post for,
+// then 1 if the job ended, 0 if its post's hash is gone (the job goes on
+// as after a check that found it gone), -1 if Redis refused one of its
+// commands (the job is not ended), and then why, or "".
+const carriedLua = `
+if ARGV[1] == 'carried' then
+	local group, field = ARGV[2], ARGV[3]
+	local cap, cutoff = tonumber(ARGV[4]), tonumber(ARGV[5])
+	local globalCap, globalChannel = tonumber(ARGV[6]), ARGV[7]
+	local m, k = tonumber(ARGV[8]), tonumber(ARGV[9])
+	local global, tail = KEYS[2], nil
+	if k > 2 then
+		tail = KEYS[3]
+	end
+	local f, a = k + m, 9 + 7 * m
+	local n = (#KEYS - f) / 3
+	local trims = ARGV[a + n + 1]
+	local seen = {}
+	if cutoff > 0 and n > 0 then
+		local keys = {}
+		for i = 1, n do
+			keys[i] = KEYS[f + 3 * i]
+		end
+		seen = redis.call('MGET', unpack(keys))
+	end
+	local live = {}
+	if redis.call('PUBSUB', 'NUMPAT') > 0 then
+		for i = 1, n do
+			live[i] = true
+		end
+	elseif n > 0 then
+		local subs = redis.call('PUBSUB', 'NUMSUB', unpack(ARGV, a + 1, a + n))
+		for i = 1, n do
+			live[i] = subs[2 * i] > 0
+		end
+	end
+	local function run(from, to, seq, id, author, msg, listed)
+		if listed ~= '1' then
+			listGlobal(global, tail, seq, id, globalCap, globalChannel, msg)
+		end
+		local added = 0
+		for i = from, to do
+			if redis.call('ZSCORE', KEYS[f + 3 * i - 1], author) then
+				local s = seen[i]
+				if not (s and tonumber(s) < cutoff) and addTrimmed(KEYS[f + 3 * i - 2], cap, seq, id, string.byte(trims, i) == 49) == 1 then
+					if live[i] then
+						redis.call('PUBLISH', ARGV[a + i], msg)
+					end
+					added = added + 1
+				end
+			end
+		end
+		return added
+	end
+	local out, ids = {}, {}
+	local done = 0
+	for j = 1, m do
+		local b = 9 + 7 * (j - 1)
+		local count = tonumber(ARGV[b + 6])
+		local ok, res = pcall(run, done + 1, done + count, ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 7])
+		done = done + count
+		if not ok then
+			if type(res) == 'table' then
+				res = res.err
+			end
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = 0, -1, tostring(res)
+		elseif redis.call('EXISTS', KEYS[k + j]) == 1 then
+			redis.call('HDEL', KEYS[k + j], field)
+			ids[#ids + 1] = ARGV[b + 1]
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = res, 1, ''
+		else
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = res, 0, ''
+		end
+	end
+	if #ids > 0 then
+		redis.call('XACK', KEYS[1], group, unpack(ids))
+		redis.call('XDEL', KEYS[1], unpack(ids))
+	end
+	return out
 end
 `
 
-// listCarried queues on pipe the listing of a carried job's post on the
-// global timeline that counts up the job's mark (listCarriedLua).
-func (db *DB) listCarried(ctx context.Context, pipe redis.Pipeliner, mark, seqText, postID, added string) *redis.Cmd {
-	keys := []string{mark, globalKey}
-	if db.opts.Archive != nil {
-		keys = append(keys, globalTailKey)
-	}
-	return db.pub(deliverBatchScript).EvalSha(ctx, pipe, keys, "list", seqText, postID, db.opts.GlobalCap, globalChannel, added)
-}
-
 // finishJobs queues on pipe the end of jobs of one shard, each of one
 // batch, after their deliveries (finishFanOutLua); calls[i] is how many
-// calls of the i-th job's pipeline count its mark (its deliveries, and its
-// listing when it lists). The i-th of the answer's values is the i-th
-// job's.
+// delivery calls of the i-th job's pipeline count its mark. The i-th of
+// the answer's values is the i-th job's.
 func (db *DB) finishJobs(ctx context.Context, pipe redis.Pipeliner, shard int, jobs []carriedJob, calls []int) *redis.Cmd {
 	keys := make([]string, 1, 1+3*len(jobs))
 	keys[0] = fanoutStreamKey(shard)
@@ -1088,20 +1176,22 @@ func (db *DB) carriedFollowers() int {
 
 // fanOutCarried runs jobs that carry their authors' followers, read in
 // the atomic step that stored each post and queued its job, on one Redis,
-// all in one pipeline: for each job in turn it puts the post on the global
-// timeline (unless the step that queued the job did, atomically with it:
-// listed) and delivers it to those followers; after them all one call
-// checks, for each job, that its post still exists and, if it does, ends
-// the job (finishFanOutLua); then the pipeline may read the worker's next
-// jobs (readNext, when not nil). It saves a job the first round trip of
-// a walk, which reads the followers (fanOutJob), and costs what a job of
-// one batch costs after it, less the round trip itself for every job
-// after the first: the same writes, each as idempotent, and the same
-// check after them all, the global timeline's included, so the argument
-// of doc.go holds for each job (a post found deleted is taken back off
-// the followers and the global timeline before its job may leave the
-// stream). The pipeline runs in order on its connection, so each check
-// follows its job's writes.
+// all in one pipeline: calls of deliverBatchScript's "carried" entry
+// (carriedLua), each of which runs jobs of one shard whole, in one step:
+// for each job it puts the post on the global timeline (unless the step
+// that queued the job did, atomically with it: listed), delivers it to
+// those followers, checks that the post still exists and, if it does,
+// ends the job. Then the pipeline may read the worker's next jobs
+// (readNext, when not nil). It saves a job the first round trip of a
+// walk, which reads the followers (fanOutJob), and costs what a job of
+// one batch costs after it, less the round trip itself and a script call
+// for every job after the first: the same writes, each as idempotent, and
+// the same check after them, the global timeline's included, so the
+// argument of doc.go holds for each job (a post found deleted is taken
+// back off the followers and the global timeline before its job may leave
+// the stream). A call takes jobs until they carry deliverBatch followers
+// (a job carries fewer), so that one call holds Redis no longer than a
+// guarded delivery call does.
 //
 // The followers are those of the moment the post was stored rather than
 // of the job's walk: one who follows after that gets the post from
@@ -1113,101 +1203,124 @@ func (db *DB) carriedFollowers() int {
 // delivered to.
 //
 // It returns each job's error, nil for a job done (its end.finished says
-// whether its pipeline ended it: a post moved to the archive meanwhile
-// is delivered, and left for the worker to end).
+// whether its call ended it: a post moved to the archive meanwhile is
+// delivered, and left for the worker to end).
 func (db *DB) fanOutCarried(ctx context.Context, jobs []carriedJob, readNext func(redis.Pipeliner)) []error {
-	type sent struct {
-		seqText, added string
-		global, finish *redis.Cmd
-		cmds           []*redis.Cmd
-		at             int // this job's place in its finish's answer
+	type call struct {
+		cmd         *redis.Cmd
+		first, jobs int // jobs[first : first+jobs]
 	}
-	all := make([]sent, len(jobs))
-	// The jobs end by shard, one call for each (a worker's jobs read at
-	// once are of one shard), in the order of their first jobs.
-	var shards []int
-	byShard := map[int][]int{}
-	for i, j := range jobs {
-		all[i].seqText = strconv.FormatInt(j.seq, 10)
-		all[i].added = encodeAdded(j.seq, j.postID)
-		s := j.end.shard
-		if _, ok := byShard[s]; !ok {
-			shards = append(shards, s)
-		}
-		all[i].at = len(byShard[s])
-		byShard[s] = append(byShard[s], i)
-	}
+	var calls []call
 	cutoff := db.inactiveCutoff()
 	err := runScripts(ctx, db.client, func(pipe redis.Pipeliner) {
-		for i, j := range jobs {
-			c := &all[i]
-			mark := fanoutMarkKey(j.end.shard, j.end.id)
-			pipe.Del(ctx, mark)
-			if !j.end.listed {
-				c.global = db.listCarried(ctx, pipe, mark, c.seqText, j.postID, c.added)
+		calls = calls[:0]
+		for first := 0; first < len(jobs); {
+			end, followers := first+1, len(jobs[first].end.followers)
+			for end < len(jobs) && jobs[end].end.shard == jobs[first].end.shard &&
+				followers+len(jobs[end].end.followers) <= deliverBatch {
+				followers += len(jobs[end].end.followers)
+				end++
 			}
-			c.cmds = db.queueDeliveries(ctx, pipe, j.end.followers, mark, c.seqText, j.postID, j.authorID, c.added, cutoff)
-		}
-		// After every job's writes, so that each job's check follows them.
-		for _, s := range shards {
-			these := make([]carriedJob, len(byShard[s]))
-			calls := make([]int, len(byShard[s]))
-			for k, i := range byShard[s] {
-				these[k], calls[k] = jobs[i], len(all[i].cmds)
-				if all[i].global != nil {
-					calls[k]++ // the listing counts the mark too
-				}
-			}
-			finish := db.finishJobs(ctx, pipe, s, these, calls)
-			for _, i := range byShard[s] {
-				all[i].finish = finish
-			}
+			calls = append(calls, call{db.runCarried(ctx, pipe, jobs[first:end], cutoff), first, end - first})
+			first = end
 		}
 		if readNext != nil {
 			readNext(pipe)
 		}
 	}, db.pub(deliverBatchScript))
 	errs := make([]error, len(jobs))
-	for i, j := range jobs {
-		c := &all[i]
-		jerr := err
-		if err != nil && c.finish != nil {
-			// Not another job's commands nor the next jobs' read (none
-			// queued answers redis.Nil): this job's.
-			jerr = nil
-			if c.global != nil {
-				jerr = c.global.Err()
+	if len(calls) == 0 {
+		// No pipeline was sent: the scripts did not load.
+		for i, j := range jobs {
+			errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, err)
+		}
+		return errs
+	}
+	for _, c := range calls {
+		// Its own answer: another command of the pipeline may have failed
+		// (the next jobs' read answers redis.Nil when there are none).
+		answer, cerr := c.cmd.Slice()
+		if cerr == nil && len(answer) != 3*c.jobs {
+			cerr = fmt.Errorf("carried jobs: %d values for %d jobs", len(answer), c.jobs)
+		}
+		for k := range c.jobs {
+			i, j := c.first+k, jobs[c.first+k]
+			if cerr != nil {
+				errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, cerr)
+				continue
 			}
-			for _, cmd := range append(c.cmds, c.finish) {
-				if jerr == nil {
-					jerr = cmd.Err()
-				}
+			added, _ := answer[3*k].(int64)
+			status, _ := answer[3*k+1].(int64)
+			if db.opts.Delivered != nil && added > 0 {
+				db.opts.Delivered(int(added))
+			}
+			switch status {
+			case 1:
+				j.end.finished = true
+			case -1:
+				why, _ := answer[3*k+2].(string)
+				errs[i] = fmt.Errorf("deliver post %s: %w: %s", j.postID, errUndelivered, why)
+			default:
+				errs[i] = db.undoCarried(ctx, j)
 			}
 		}
-		if jerr != nil {
-			errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, jerr)
-			continue
-		}
-		n := 0
-		for _, cmd := range c.cmds {
-			if v, _ := cmd.Int64(); v > 0 {
-				n += int(v)
-			}
-		}
-		if db.opts.Delivered != nil && n > 0 {
-			db.opts.Delivered(n)
-		}
-		found, _ := c.finish.Int64Slice()
-		if c.at < len(found) && found[c.at] == 1 {
-			j.end.finished = true
-			continue
-		} else if c.at < len(found) && found[c.at] == -1 {
-			errs[i] = fmt.Errorf("deliver post %s: %w", j.postID, errUndelivered)
-			continue
-		}
-		errs[i] = db.undoCarried(ctx, j)
 	}
 	return errs
+}
+
+// runCarried queues on pipe the call of carriedLua that runs jobs, all of
+// one shard, and returns it.
+func (db *DB) runCarried(ctx context.Context, pipe redis.Pipeliner, jobs []carriedJob, cutoff int64) *redis.Cmd {
+	m, n := len(jobs), 0
+	for _, j := range jobs {
+		n += len(j.end.followers)
+	}
+	followers := make([]string, 0, n)
+	trims := make([]byte, 0, n)
+	seqs := make([]string, m)
+	for i, j := range jobs {
+		seqs[i] = strconv.FormatInt(j.seq, 10)
+		followers = append(followers, j.end.followers...)
+		for _, f := range j.end.followers {
+			trim := byte('0')
+			if rawTrim(f, seqs[i]) {
+				trim = '1'
+			}
+			trims = append(trims, trim)
+		}
+	}
+	names := deliveryNames(followers)
+	k := 2
+	if db.opts.Archive != nil {
+		k = 3
+	}
+	args := make([]any, 0, 3+k+m+3*n+9+7*m+n+1)
+	args = append(args, "evalsha", db.pub(deliverBatchScript).Hash(), k+m+3*n, fanoutStreamKey(jobs[0].end.shard), globalKey)
+	if k == 3 {
+		args = append(args, globalTailKey)
+	}
+	for i, j := range jobs {
+		args = append(args, postKey(j.authorID, seqs[i]))
+	}
+	for i := range names[:3*n] {
+		args = append(args, &names[i])
+	}
+	args = append(args, "carried", fanOutGroup, fanOutPendingField, db.opts.HomeCap, cutoff, db.opts.GlobalCap, globalChannel, m, k)
+	for i, j := range jobs {
+		listed := "0"
+		if j.end.listed {
+			listed = "1"
+		}
+		args = append(args, j.end.id, seqs[i], j.postID, j.authorID, encodeAdded(j.seq, j.postID), len(j.end.followers), listed)
+	}
+	for i := range names[3*n:] {
+		args = append(args, &names[3*n+i])
+	}
+	args = append(args, string(trims))
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	_ = pipe.Process(ctx, cmd)
+	return cmd
 }
 
 // carriedJob is a job that carries its followers (in end), for

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,7 +420,9 @@ func (h *onPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // pipeline of their own, sent after the writes' pipeline answered. The
 // end of a job on one Redis (the "finish" entry of deliverBatchScript) is
 // such a check. A job that carries its followers checks once, after the
-// global timeline and the deliveries; one that walks them after each.
+// global timeline and the deliveries, in the step that makes them (the
+// "carried" entry; TestCarriedJobRacingDelete sees it act); one that walks
+// them after each.
 func TestFanOutChecksAfterItsWrites(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -453,9 +456,15 @@ func TestFanOutChecksAfterItsWrites(t *testing.T) {
 							check = j
 						}
 					case "evalsha", "eval":
-						if slices.Contains(args, any("finish")) {
+						switch {
+						case slices.Contains(args, any("finish")):
 							check = j
-						} else {
+						case slices.Contains(args, any("carried")):
+							// The job's writes, and its check after
+							// them, in one step (carriedLua).
+							writes = append(writes, j)
+							check = j
+						default:
 							writes = append(writes, j)
 						}
 					}
@@ -789,11 +798,12 @@ func TestCarriedJobListedByItsStep(t *testing.T) {
 	}
 }
 
-// TestCarriedJobsEndTogether: the jobs run in one pipeline end in one call
-// after all their deliveries, each by its own check: of three jobs whose
-// middle post is deleted just before the pipeline, the first and the last
-// end there, and the middle one takes its post back off the followers
-// and the global timeline and then ends, so that none is left pending.
+// TestCarriedJobsEndTogether: the jobs run in one pipeline run and end in
+// one call, each by its own check after its deliveries: of three jobs
+// whose middle post is deleted just before the pipeline, the first and
+// the last end there, and the middle one takes its post back off the
+// followers and the global timeline and then ends, so that none is left
+// pending.
 func TestCarriedJobsEndTogether(t *testing.T) {
 	ctx := context.Background()
 	db, followers, first, w := newSmallJob(t)
@@ -814,7 +824,7 @@ func TestCarriedJobsEndTogether(t *testing.T) {
 	ends := 0
 	for _, pipe := range log.log() {
 		for _, c := range pipe {
-			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("finish")) {
+			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("carried")) {
 				ends++
 			}
 		}
@@ -959,6 +969,141 @@ func TestRefusedListingKeepsTheJobPending(t *testing.T) {
 		t.Errorf("the global timeline does not hold %s: %v", unlisted, err)
 	}
 	wantJobDone(ctx, t, db, author, followers, unlisted)
+}
+
+// TestCarriedJobRefusedAlone: jobs that carry their followers run in one
+// call (carriedLua), and a command Redis refuses fails only its own job:
+// of three jobs in one call, the middle one's author has a follower whose
+// home timeline is a string (WRONGTYPE), and that job stays pending, its
+// post still waiting for its fan-out, while the first and the last end
+// with their posts on every follower's timeline. Once the key is a
+// timeline again, the job taken over delivers to everyone.
+func TestCarriedJobRefusedAlone(t *testing.T) {
+	ctx := context.Background()
+	db, followers, first, w := newSmallJob(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers")
+	}
+	author, _, _ := splitPostID(first)
+	other := mustSignup(t, db, "other")
+	fans := []string{"2000", "2001", "2002"}
+	for i, f := range fans {
+		if err := db.client.ZAdd(ctx, followersKey(other.ID), redis.Z{Score: float64(i), Member: f}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.client.ZAdd(ctx, followingKey(f), redis.Z{Score: float64(i), Member: other.ID}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.client.Set(ctx, homeKey(fans[1]), "not a timeline", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	refused := mustQueuePost(t, db, other.ID, "one follower's timeline refuses it")
+	last := mustQueuePost(t, db, author, "the last")
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	if _, err := w.step(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("step = %v; want the refused job's WRONGTYPE", err)
+	}
+	calls := 0
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("carried")) {
+				calls++
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("the three jobs ran in %d calls, want 1", calls)
+	}
+	for _, id := range []string{first, last} {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if pending := mustPending(t, db, author); pending != 1 {
+		t.Errorf("%d jobs pending, want the refused one", pending)
+	}
+	if _, seq, _ := splitPostID(refused); !db.client.HExists(ctx, postKey(other.ID, seq), fanOutPendingField).Val() {
+		t.Error("the refused job's post no longer waits for its fan-out")
+	}
+	if err := db.client.Del(ctx, homeKey(fans[1])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	takeOverJobs(ctx, t, w)
+	wantJobDone(ctx, t, db, other.ID, fans, refused)
+}
+
+// TestCarriedCallsHoldFewFollowers: the jobs of a pipeline share a call
+// while their followers add up to deliverBatch, so that no call holds
+// Redis longer than a guarded delivery call does: three jobs that carry
+// 99 followers each go out as two calls, two jobs and one, and each ends
+// with its post on every follower's timeline.
+func TestCarriedCallsHoldFewFollowers(t *testing.T) {
+	ctx := context.Background()
+	db := newAsyncTestDB(t)
+	if db.onCluster() {
+		t.Skip("a Redis Cluster's jobs carry no followers")
+	}
+	author := mustSignup(t, db, "author")
+	followers := manyFollowers(t, db, author.ID, db.carriedFollowers())
+	if 3*len(followers) <= deliverBatch || 2*len(followers) > deliverBatch {
+		t.Fatalf("%d followers a job: the test needs two jobs to fit in a call and three not to", len(followers))
+	}
+	mustCreatePost(t, db, author.ID, "the first, which makes the group")
+	var posts []string
+	for range 3 {
+		posts = append(posts, mustQueuePost(t, db, author.ID, "carried"))
+	}
+	w := NewWorker(db, WorkerOptions{})
+	w.nextClaim = time.Now().Add(time.Hour)
+	for i := range w.ready {
+		w.ready[i] = true
+	}
+	log := &pipelineLog{}
+	db.client.AddHook(log)
+	if n, err := w.step(ctx); err != nil || n != 3 {
+		t.Fatalf("step = %d jobs, %v; want 3", n, err)
+	}
+	var jobs []int
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			if args := c.Args(); c.Name() == "evalsha" && slices.Contains(args, any("carried")) {
+				for i, a := range args {
+					if a == "carried" {
+						jobs = append(jobs, int(argInt(t, args[i+7])))
+					}
+				}
+			}
+		}
+	}
+	if !slices.Equal(jobs, []int{2, 1}) {
+		t.Errorf("jobs a call: %v, want [2 1]", jobs)
+	}
+	for _, id := range posts {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
+	}
+	if n := queuedJobs(t, db); n != 0 {
+		t.Errorf("%d jobs left in the stream, want none", n)
+	}
+}
+
+// argInt returns a command's integer argument.
+func argInt(t *testing.T, arg any) int64 {
+	t.Helper()
+	switch v := arg.(type) {
+	case int:
+		return int64(v)
+	case int64:
+		return v
+	}
+	n, err := strconv.ParseInt(argString(arg), 10, 64)
+	if err != nil {
+		t.Fatalf("argument %v is not a number", arg)
+	}
+	return n
 }
 
 // wantJobDone checks what a refused job run again must have left: every

@@ -232,11 +232,11 @@ func fanoutCursorKey(shard int, entryID string) string {
 	return prefix + fanoutTag(shard) + ":cursor:" + entryID
 }
 
-// fanoutMarkKey is a STRING counting the calls of a fan-out job's pipeline
-// that are done (deliveries, and a carried job's listing), for the end in
-// that pipeline (finishFanOutLua),
-// in its stream's slot, deleted with the job: w:{fanout}:delivered:<entry
-// id>, w:{fanout:<i>}:delivered:<entry id>.
+// fanoutMarkKey is a STRING counting the delivery calls of a walked fan-out
+// job's last pipeline that are done, for the end in that pipeline
+// (finishFanOutLua), in its stream's slot, deleted with the job:
+// w:{fanout}:delivered:<entry id>, w:{fanout:<i>}:delivered:<entry id>.
+// (A job that carries its followers needs none: carriedLua.)
 func fanoutMarkKey(shard int, entryID string) string {
 	return prefix + fanoutTag(shard) + ":delivered:" + entryID
 }
