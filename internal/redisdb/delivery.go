@@ -113,30 +113,12 @@ return 1
 // end of a job whose deliveries it refused. Called with ARGV[1]
 // "carried", it runs jobs that carry their followers whole, their
 // deliveries and their end in one step (see carriedLua).
-var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + addTrimmedLua + carriedLua + `
+var deliverBatchScript = newPubScript(finishFanOutLua + listGlobalLua + addTrimmedLua + seenAndLiveLua + carriedLua + `
 local cap, author, msg = tonumber(ARGV[4]), ARGV[3], ARGV[5]
 local cutoff = tonumber(ARGV[6])
 local n = math.floor(#KEYS / 3)
 local trims = ARGV[7 + n]
-local seen = {}
-if cutoff > 0 then
-	local keys = {}
-	for i = 1, n do
-		keys[i] = KEYS[3 * i]
-	end
-	seen = redis.call('MGET', unpack(keys))
-end
-local live = {}
-if redis.call('PUBSUB', 'NUMPAT') > 0 then
-	for i = 1, n do
-		live[i] = true
-	end
-else
-	local subs = redis.call('PUBSUB', 'NUMSUB', unpack(ARGV, 7, 6 + n))
-	for i = 1, n do
-		live[i] = subs[2 * i] > 0
-	end
-end
+local seen, live = seenAndLive(0, 6, n, cutoff)
 local added = 0
 for i = 1, n do
 	if redis.call('ZSCORE', KEYS[3 * i - 1], author) then
@@ -218,6 +200,37 @@ if ARGV[1] == 'finish' then
 end
 `
 
+// seenAndLiveLua defines seenAndLive(f, c, n, cutoff), which reads for
+// the n followers of a delivery call what its guarded deliveries skip or
+// announce by, with one command each for all of them: their seen times
+// (MGET of KEYS[f+3i], when cutoff is not 0) and whether anyone listens to
+// their home channels, ARGV[c+1] .. ARGV[c+n] (PUBSUB NUMSUB, or all of
+// them while any pattern is subscribed, which NUMSUB does not count). It
+// returns the two as tables by follower.
+const seenAndLiveLua = `
+local function seenAndLive(f, c, n, cutoff)
+	local seen, live = {}, {}
+	if cutoff > 0 and n > 0 then
+		local keys = {}
+		for i = 1, n do
+			keys[i] = KEYS[f + 3 * i]
+		end
+		seen = redis.call('MGET', unpack(keys))
+	end
+	if redis.call('PUBSUB', 'NUMPAT') > 0 then
+		for i = 1, n do
+			live[i] = true
+		end
+	elseif n > 0 then
+		local subs = redis.call('PUBSUB', 'NUMSUB', unpack(ARGV, c + 1, c + n))
+		for i = 1, n do
+			live[i] = subs[2 * i] > 0
+		end
+	end
+	return seen, live
+end
+`
+
 // carriedLua is deliverBatchScript's "carried" entry: on one Redis it
 // runs whole, in one atomic step, jobs of one shard that carry their
 // authors' followers (fanOutCarried). For each job in turn it lists the
@@ -281,25 +294,7 @@ if ARGV[1] == 'carried' then
 	local f, a = k + m, 9 + 7 * m
 	local n = (#KEYS - f) / 3
 	local trims = ARGV[a + n + 1]
-	local seen = {}
-	if cutoff > 0 and n > 0 then
-		local keys = {}
-		for i = 1, n do
-			keys[i] = KEYS[f + 3 * i]
-		end
-		seen = redis.call('MGET', unpack(keys))
-	end
-	local live = {}
-	if redis.call('PUBSUB', 'NUMPAT') > 0 then
-		for i = 1, n do
-			live[i] = true
-		end
-	elseif n > 0 then
-		local subs = redis.call('PUBSUB', 'NUMSUB', unpack(ARGV, a + 1, a + n))
-		for i = 1, n do
-			live[i] = subs[2 * i] > 0
-		end
-	end
+	local seen, live = seenAndLive(f, a, n, cutoff)
 	local function run(from, to, seq, id, author, msg, listed)
 		if listed ~= '1' then
 			listGlobal(global, tail, seq, id, globalCap, globalChannel, msg)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -203,11 +202,7 @@ func TestSmallFanOutJobsBackToBack(t *testing.T) {
 			t.Errorf("the two jobs held took %d round trips, want 1", got)
 		}
 	}
-	for _, id := range posts {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, posts...)
 	if n := queuedJobs(t, db); n != 0 {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
@@ -232,11 +227,7 @@ func TestCarriedJobsRunBeforeAWalk(t *testing.T) {
 	if n, err := w.step(ctx); err != nil || n != 2 {
 		t.Fatalf("first step = %d jobs, %v; want the 2 carried", n, err)
 	}
-	for _, id := range carried {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, carried...)
 	if got := holding(t, db, followers, walked); got != 0 {
 		t.Errorf("%d followers hold the walked job's post before its step", got)
 	}
@@ -700,11 +691,7 @@ func TestCarriedPipelinesOneAtATime(t *testing.T) {
 	if got := most.Load(); got != 1 {
 		t.Errorf("%d pipelines of carried jobs in Redis at once, want 1", got)
 	}
-	for _, id := range posts {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, posts...)
 	if n := queuedJobs(t, db); n != 0 {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
@@ -821,22 +808,10 @@ func TestCarriedJobsEndTogether(t *testing.T) {
 	if n, err := w.step(ctx); err != nil || n != 3 {
 		t.Fatalf("step = %d jobs, %v; want 3", n, err)
 	}
-	ends := 0
-	for _, pipe := range log.log() {
-		for _, c := range pipe {
-			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("carried")) {
-				ends++
-			}
-		}
+	if calls := carriedCalls(t, log); len(calls) != 1 {
+		t.Errorf("the three jobs ended in %d calls, want 1", len(calls))
 	}
-	if ends != 1 {
-		t.Errorf("the three jobs ended in %d calls, want 1", ends)
-	}
-	for _, id := range []string{first, last} {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, first, last)
 	if got := holding(t, db, followers, deleted); got != 0 {
 		t.Errorf("%d followers hold the deleted post", got)
 	}
@@ -1005,22 +980,10 @@ func TestCarriedJobRefusedAlone(t *testing.T) {
 	if _, err := w.step(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("step = %v; want the refused job's WRONGTYPE", err)
 	}
-	calls := 0
-	for _, pipe := range log.log() {
-		for _, c := range pipe {
-			if c.Name() == "evalsha" && slices.Contains(c.Args(), any("carried")) {
-				calls++
-			}
-		}
+	if calls := carriedCalls(t, log); len(calls) != 1 {
+		t.Errorf("the three jobs ran in %d calls, want 1", len(calls))
 	}
-	if calls != 1 {
-		t.Errorf("the three jobs ran in %d calls, want 1", calls)
-	}
-	for _, id := range []string{first, last} {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, first, last)
 	if pending := mustPending(t, db, author); pending != 1 {
 		t.Errorf("%d jobs pending, want the refused one", pending)
 	}
@@ -1065,45 +1028,45 @@ func TestCarriedCallsHoldFewFollowers(t *testing.T) {
 	if n, err := w.step(ctx); err != nil || n != 3 {
 		t.Fatalf("step = %d jobs, %v; want 3", n, err)
 	}
-	var jobs []int
-	for _, pipe := range log.log() {
-		for _, c := range pipe {
-			if args := c.Args(); c.Name() == "evalsha" && slices.Contains(args, any("carried")) {
-				for i, a := range args {
-					if a == "carried" {
-						jobs = append(jobs, int(argInt(t, args[i+7])))
-					}
-				}
-			}
-		}
-	}
-	if !slices.Equal(jobs, []int{2, 1}) {
+	if jobs := carriedCalls(t, log); !slices.Equal(jobs, []int{2, 1}) {
 		t.Errorf("jobs a call: %v, want [2 1]", jobs)
 	}
-	for _, id := range posts {
-		if got := holding(t, db, followers, id); got != len(followers) {
-			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
-		}
-	}
+	wantHeldByAll(t, db, followers, posts...)
 	if n := queuedJobs(t, db); n != 0 {
 		t.Errorf("%d jobs left in the stream, want none", n)
 	}
 }
 
-// argInt returns a command's integer argument.
-func argInt(t *testing.T, arg any) int64 {
+// wantHeldByAll checks that every one of followers holds each of posts.
+func wantHeldByAll(t *testing.T, db *DB, followers []string, posts ...string) {
 	t.Helper()
-	switch v := arg.(type) {
-	case int:
-		return int64(v)
-	case int64:
-		return v
+	for _, id := range posts {
+		if got := holding(t, db, followers, id); got != len(followers) {
+			t.Errorf("%d of %d followers hold %s", got, len(followers), id)
+		}
 	}
-	n, err := strconv.ParseInt(argString(arg), 10, 64)
-	if err != nil {
-		t.Fatalf("argument %v is not a number", arg)
+}
+
+// carriedCalls returns, for each call of carriedLua that log saw, how
+// many jobs it ran.
+func carriedCalls(t *testing.T, log *pipelineLog) []int {
+	t.Helper()
+	var jobs []int
+	for _, pipe := range log.log() {
+		for _, c := range pipe {
+			args := c.Args()
+			i := slices.Index(args, any("carried"))
+			if c.Name() != "evalsha" || i < 0 || i+7 >= len(args) {
+				continue
+			}
+			m, ok := args[i+7].(int)
+			if !ok {
+				t.Fatalf("carriedLua's job count is %T %v", args[i+7], args[i+7])
+			}
+			jobs = append(jobs, m)
+		}
 	}
-	return n
+	return jobs
 }
 
 // wantJobDone checks what a refused job run again must have left: every
