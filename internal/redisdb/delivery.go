@@ -277,8 +277,8 @@ end
 // ARGV[10+7m+n] -> a character for each follower in turn, "1" to trim the
 // follower's timeline back to its cap after the add (rawTrim), else "0"
 //
-// Returns, for each job in turn, how many followers it added the post for,
-// then 1 if the job ended, 0 if its post's hash is gone (the job goes on
+// Returns, for each job in turn, how many followers it added the post for
+// (those before a refused command too), then 1 if the job ended, 0 if its post's hash is gone (the job goes on
 // as after a check that found it gone), -1 if Redis refused one of its
 // commands (the job is not ended), and then why, or "".
 const carriedLua = `
@@ -295,11 +295,16 @@ if ARGV[1] == 'carried' then
 	local n = (#KEYS - f) / 3
 	local trims = ARGV[a + n + 1]
 	local seen, live = seenAndLive(f, a, n, cutoff)
+	-- How many followers the job in hand added the post for, kept when
+	-- a command of the job fails after some of them. (A table: the
+	-- embedded Redis's Lua detaches a local that a function which raised
+	-- an error had written.)
+	local tally = {added = 0}
 	local function run(from, to, seq, id, author, msg, listed)
+		tally.added = 0
 		if listed ~= '1' then
 			listGlobal(global, tail, seq, id, globalCap, globalChannel, msg)
 		end
-		local added = 0
 		for i = from, to do
 			if redis.call('ZSCORE', KEYS[f + 3 * i - 1], author) then
 				local s = seen[i]
@@ -307,11 +312,10 @@ if ARGV[1] == 'carried' then
 					if live[i] then
 						redis.call('PUBLISH', ARGV[a + i], msg)
 					end
-					added = added + 1
+					tally.added = tally.added + 1
 				end
 			end
 		end
-		return added
 	end
 	local out, ids = {}, {}
 	local done = 0
@@ -324,13 +328,13 @@ if ARGV[1] == 'carried' then
 			if type(res) == 'table' then
 				res = res.err
 			end
-			out[3 * j - 2], out[3 * j - 1], out[3 * j] = 0, -1, tostring(res)
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = tally.added, -1, tostring(res)
 		elseif redis.call('EXISTS', KEYS[k + j]) == 1 then
 			redis.call('HDEL', KEYS[k + j], field)
 			ids[#ids + 1] = ARGV[b + 1]
-			out[3 * j - 2], out[3 * j - 1], out[3 * j] = res, 1, ''
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = tally.added, 1, ''
 		else
-			out[3 * j - 2], out[3 * j - 1], out[3 * j] = res, 0, ''
+			out[3 * j - 2], out[3 * j - 1], out[3 * j] = tally.added, 0, ''
 		end
 	end
 	if #ids > 0 then

@@ -977,8 +977,15 @@ func TestCarriedJobRefusedAlone(t *testing.T) {
 	last := mustQueuePost(t, db, author, "the last")
 	log := &pipelineLog{}
 	db.client.AddHook(log)
+	var delivered atomic.Int64
+	db.opts.Delivered = func(n int) { delivered.Add(int64(n)) }
 	if _, err := w.step(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Errorf("step = %v; want the refused job's WRONGTYPE", err)
+	}
+	// The two ended jobs' followers, and the refused job's first follower,
+	// whose timeline took the post before the second refused it.
+	if got, want := delivered.Load(), int64(2*len(followers)+1); got != want {
+		t.Errorf("%d deliveries counted, want %d", got, want)
 	}
 	if calls := carriedCalls(t, log); len(calls) != 1 {
 		t.Errorf("the three jobs ran in %d calls, want 1", len(calls))
